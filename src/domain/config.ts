@@ -1,0 +1,69 @@
+/**
+ * Meters, plans and fairness settings: the configuration every decision reads.
+ * The shape of the JSON file (`QUOTA_CONFIG`) is PROTOCOL.md "Configuration"; parsing lives in src/config.
+ */
+
+export type Period = "month" | "day" | "none"
+
+export interface PlanConfig {
+  /** Concurrent slots on this plan. */
+  readonly slots: number
+  /** Limit per meter; a meter not listed has limit 0. */
+  readonly limits: Readonly<Record<string, number>>
+}
+
+export interface FairnessConfig {
+  /** `false` makes every `acquire_slot` succeed (the seed's switch). */
+  readonly enabled: boolean
+  /** `busy` answers `retryAfterMs` = snoozeBaseMs + a random part of snoozeJitterMs. */
+  readonly snoozeBaseMs: number
+  readonly snoozeJitterMs: number
+}
+
+export interface Config {
+  /** Meters in configuration order (the order of `get_usage`). */
+  readonly meters: ReadonlyArray<{ readonly name: string; readonly period: Period }>
+  readonly plans: Readonly<Record<string, PlanConfig>>
+  readonly defaultPlan: string
+  readonly fairness: FairnessConfig
+}
+
+export const meterNamePattern = /^[a-z][a-z0-9_]{0,62}$/
+
+/** The built-in configuration, with the seeds' numbers (ADR-21 5 000 analyses, post-mortem 400 000 tokens, 1 GB storage, ADR-10 slots). */
+export const defaultConfig: Config = {
+  meters: [
+    { name: "analysis", period: "month" },
+    { name: "specview", period: "month" },
+    { name: "tokens", period: "month" },
+    { name: "storage_bytes", period: "none" }
+  ],
+  plans: {
+    free: {
+      slots: 1,
+      limits: { analysis: 5_000, specview: 5_000, tokens: 400_000, storage_bytes: 1_000_000_000 }
+    },
+    pro: {
+      slots: 3,
+      limits: { analysis: 50_000, specview: 50_000, tokens: 4_000_000, storage_bytes: 10_000_000_000 }
+    },
+    pro_plus: {
+      slots: 3,
+      limits: { analysis: 100_000, specview: 100_000, tokens: 10_000_000, storage_bytes: 50_000_000_000 }
+    },
+    enterprise: {
+      slots: 5,
+      limits: {
+        analysis: 1_000_000,
+        specview: 1_000_000,
+        tokens: 100_000_000,
+        storage_bytes: 1_000_000_000_000
+      }
+    }
+  },
+  defaultPlan: "free",
+  fairness: { enabled: true, snoozeBaseMs: 30_000, snoozeJitterMs: 10_000 }
+}
+
+export const meterPeriod = (config: Config, meter: string): Period | undefined =>
+  config.meters.find((candidate) => candidate.name === meter)?.period

@@ -1,0 +1,100 @@
+/**
+ * The decision function: (state, command, context) -> { state, events, result, wakeups }.
+ * No IO, no clock, no randomness but what the context injects. The actor loads, decides, persists, replies.
+ */
+import type { Command } from "./commands.js"
+import type { DecideContext, Output, Wakeup } from "./context.js"
+import type { StoreEvent } from "./events.js"
+import { adjust, commit, consume, expireHolds, extend, pruneRemembered, release, reserve } from "./holds.js"
+import { assertUserState } from "./invariants.js"
+import type { Result } from "./results.js"
+import { unknownMeter } from "./results.js"
+import { acquireSlot, decideSystemJob, expireSlots, grantWaiters, releaseSlot, renewSlot } from "./slots.js"
+import type { UserState } from "./state.js"
+import { usageView } from "./state.js"
+import { meterPeriod } from "./config.js"
+
+export interface Decision {
+  readonly state: UserState
+  /** What the store must make durable before `result` and `wakeups` are sent. */
+  readonly events: ReadonlyArray<StoreEvent>
+  /** null: nothing to answer now (a tick, or an `acquire_slot` that waits; it is answered by a wakeup). */
+  readonly result: Result | null
+  readonly wakeups: ReadonlyArray<Wakeup>
+}
+
+export interface DecideOptions {
+  /** Recount every aggregate after the decision (O(holds)); tests turn it on. */
+  readonly assertFull?: boolean
+}
+
+/** Everything due at ctx.now: hold expiry, lease end, waiter timeout, forgetting ids past retention. */
+const advance = (ctx: DecideContext, state: UserState, output: Output): void => {
+  expireHolds(ctx, state, output)
+  expireSlots(ctx, state, output)
+  pruneRemembered(ctx, state)
+}
+
+const decideCommand = (
+  ctx: DecideContext,
+  state: UserState,
+  command: Command,
+  output: Output
+): Result | null => {
+  switch (command.op) {
+    case "tick":
+      return null
+    case "reserve":
+      return reserve(ctx, state, command, output)
+    case "consume":
+      return consume(ctx, state, command, output)
+    case "commit":
+      return commit(ctx, state, command, output)
+    case "release":
+      return release(ctx, state, command, output)
+    case "extend":
+      return extend(ctx, state, command, output)
+    case "adjust":
+      return adjust(ctx, state, command, output)
+    case "acquire_slot":
+      return command.user === ""
+        ? decideSystemJob(command, ctx.now)
+        : acquireSlot(ctx, state, command, output)
+    case "renew_slot":
+      return command.user === "" ? decideSystemJob(command, ctx.now) : renewSlot(ctx, state, command, output)
+    case "release_slot":
+      return command.user === ""
+        ? decideSystemJob(command, ctx.now)
+        : releaseSlot(ctx, state, command, output)
+    case "get_usage":
+      return usageView(ctx.config, state, ctx.now)
+    case "set_plan": {
+      if (ctx.config.plans[command.plan] === undefined) return { status: "unknown_plan" }
+      state.plan = command.plan
+      output.events.push({ kind: "plan", user: state.user, plan: command.plan })
+      // A plan with more slots serves the queue at once.
+      grantWaiters(ctx, state, output)
+      return { status: "ok" }
+    }
+    case "set_limit": {
+      if (meterPeriod(ctx.config, command.meter) === undefined) return unknownMeter
+      if (command.limit === null) state.limitOverrides.delete(command.meter)
+      else state.limitOverrides.set(command.meter, command.limit)
+      output.events.push({ kind: "limit", user: state.user, meter: command.meter, limit: command.limit })
+      return { status: "ok" }
+    }
+  }
+}
+
+export const decide = (
+  state: UserState,
+  command: Command,
+  ctx: DecideContext,
+  options: DecideOptions = {}
+): Decision => {
+  const output: Output = { events: [], wakeups: [] }
+  advance(ctx, state, output)
+  const result = decideCommand(ctx, state, command, output)
+  if (options.assertFull === true) assertUserState(state)
+  return { state, events: output.events, result, wakeups: output.wakeups }
+}

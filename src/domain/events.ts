@@ -1,0 +1,94 @@
+/**
+ * Events: what a decision asks the store to make durable, as images of the rows they change.
+ * The store applies them in order; a later image of the same row replaces an earlier one.
+ */
+import type { HoldState } from "./results.js"
+
+export interface HoldRecord {
+  readonly id: string
+  readonly meter: string
+  readonly amount: number
+  /** Usage already moved from the hold; after `commit`, the work's final usage. */
+  readonly consumed: number
+  readonly state: HoldState
+  readonly expiresAt: number
+  readonly createdAt: number
+  /** When it left `pending`; null while pending. */
+  readonly closedAt: number | null
+}
+
+export type LedgerOperation = "consume" | "commit" | "adjust"
+
+export type StoreEvent =
+  /** Insert or replace the hold (user, id). */
+  | { readonly kind: "hold"; readonly user: string; readonly hold: HoldRecord }
+  /**
+   * Append one usage change. `delta` is what was applied to `used` (a refund clamped at 0 applies less
+   * than asked); `requested` is what the command asked (adjust idempotency compares it). Unique by
+   * (user, operation, holdId, key): for consume the consume key, for commit "", for adjust the adjust id.
+   */
+  | {
+      readonly kind: "ledger"
+      readonly user: string
+      readonly meter: string
+      readonly periodStart: number | null
+      readonly operation: LedgerOperation
+      readonly holdId: string | null
+      readonly key: string
+      readonly requested: number
+      readonly delta: number
+      readonly at: number
+    }
+  /** Set the running total of (user, meter, periodStart): the sum of the ledger's deltas for it. */
+  | {
+      readonly kind: "usage"
+      readonly user: string
+      readonly meter: string
+      readonly periodStart: number | null
+      readonly used: number
+    }
+  /** Insert or replace the slot (user, job). */
+  | { readonly kind: "slot"; readonly user: string; readonly job: string; readonly leaseExpiresAt: number }
+  /** Delete the slot (user, job). */
+  | {
+      readonly kind: "slot_freed"
+      readonly user: string
+      readonly job: string
+      readonly reason: "released" | "expired"
+    }
+  /** Set the user's plan. */
+  | { readonly kind: "plan"; readonly user: string; readonly plan: string }
+  /** Set (or with null, remove) the user's limit override of a meter. */
+  | { readonly kind: "limit"; readonly user: string; readonly meter: string; readonly limit: number | null }
+
+/** What the store hands an actor when it starts: everything its decisions need, as stored. */
+export interface StoredUser {
+  /** null: never set, the configuration's default plan applies. */
+  readonly plan: string | null
+  readonly limitOverrides: ReadonlyArray<{ readonly meter: string; readonly limit: number }>
+  /** The latest usage row of each meter. A row of an earlier period counts as 0 now. */
+  readonly usage: ReadonlyArray<{
+    readonly meter: string
+    readonly periodStart: number | null
+    readonly used: number
+  }>
+  /** Pending holds, and closed holds whose closedAt is within the retention window, with their consume keys. */
+  readonly holds: ReadonlyArray<HoldRecord & { readonly consumeKeys: ReadonlyArray<string> }>
+  /** `adjust` ids within the retention window, with what they asked. */
+  readonly adjustments: ReadonlyArray<{
+    readonly id: string
+    readonly meter: string
+    readonly amount: number
+    readonly at: number
+  }>
+  readonly slots: ReadonlyArray<{ readonly job: string; readonly leaseExpiresAt: number }>
+}
+
+export const emptyStoredUser: StoredUser = {
+  plan: null,
+  limitOverrides: [],
+  usage: [],
+  holds: [],
+  adjustments: [],
+  slots: []
+}

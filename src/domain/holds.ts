@@ -1,0 +1,314 @@
+/**
+ * Holds and usage: reserve, consume, commit, release, extend, adjust, and hold expiry.
+ * Every function decides one command against the state at ctx.now, updating the state in place and
+ * appending to `output` the events the store must make durable before the result is sent.
+ */
+import type { OpsCommand } from "./commands.js"
+import type { DecideContext, Output } from "./context.js"
+import { meterPeriod } from "./config.js"
+import { assertGrantWithinLimit, assertMeter } from "./invariants.js"
+import {
+  amountMax,
+  adjustIdsPerUserMax,
+  closedHoldsPerUserMax,
+  consumeKeysPerHoldMax,
+  idRetentionMs,
+  pendingHoldsPerUserMax
+} from "./limits.js"
+import type { AdjustResult, HoldResult, HoldStatus, Result } from "./results.js"
+import { invalidRequest, notFound, overloaded, unknownMeter } from "./results.js"
+import type { Hold, UserState } from "./state.js"
+import { holdRecord, holdReserved, holdView, meterAt, meterLimit, meterView } from "./state.js"
+
+type CommandOf<Op extends OpsCommand["op"]> = Extract<OpsCommand, { op: Op }>
+
+const holdResult = (ctx: DecideContext, state: UserState, status: HoldStatus, hold: Hold): HoldResult => ({
+  status,
+  ...meterView(ctx.config, state, hold.meter, ctx.now),
+  ...holdView(hold)
+})
+
+const findHold = (state: UserState, id: string): Hold | undefined =>
+  state.pending.get(id) ?? state.closed.get(id)
+
+const wouldOverflow = (base: number, amount: number): boolean => base + amount > amountMax
+
+/** Records a change of `used` in the ledger and the running total. `delta` is what was applied. */
+const recordUsage = (
+  ctx: DecideContext,
+  state: UserState,
+  output: Output,
+  entry: {
+    meter: string
+    operation: "consume" | "commit" | "adjust"
+    holdId: string | null
+    key: string
+    requested: number
+    delta: number
+  }
+): void => {
+  const meterState = meterAt(ctx.config, state, entry.meter, ctx.now)
+  meterState.used += entry.delta
+  output.events.push({
+    kind: "ledger",
+    user: state.user,
+    meter: entry.meter,
+    periodStart: meterState.periodStart,
+    operation: entry.operation,
+    holdId: entry.holdId,
+    key: entry.key,
+    requested: entry.requested,
+    delta: entry.delta,
+    at: ctx.now
+  })
+  output.events.push({
+    kind: "usage",
+    user: state.user,
+    meter: entry.meter,
+    periodStart: meterState.periodStart,
+    used: meterState.used
+  })
+}
+
+/** A refund applies at most what is used: usage never goes below 0. */
+const refundDelta = (used: number, refund: number): number => -Math.min(used, refund)
+
+/** Moves a pending hold to a closed state, returning its unconsumed rest to the meter. */
+const closeHold = (
+  ctx: DecideContext,
+  state: UserState,
+  hold: Hold,
+  closedState: "committed" | "released" | "expired"
+): void => {
+  const meterState = meterAt(ctx.config, state, hold.meter, ctx.now)
+  meterState.reserved -= holdReserved(hold)
+  meterState.pendingHolds -= 1
+  hold.state = closedState
+  hold.closedAt = ctx.now
+  state.pending.delete(hold.id)
+  state.closed.set(hold.id, hold)
+  while (state.closed.size > closedHoldsPerUserMax) {
+    const oldest = state.closed.keys().next().value
+    if (oldest === undefined) break
+    state.closed.delete(oldest)
+  }
+}
+
+const pushHold = (state: UserState, output: Output, hold: Hold): void => {
+  output.events.push({ kind: "hold", user: state.user, hold: holdRecord(hold) })
+}
+
+export const reserve = (
+  ctx: DecideContext,
+  state: UserState,
+  command: CommandOf<"reserve">,
+  output: Output
+): Result => {
+  const pendingHold = state.pending.get(command.id)
+  if (pendingHold !== undefined) {
+    const same = pendingHold.meter === command.meter && pendingHold.amount === command.amount
+    return holdResult(ctx, state, same ? "exists" : "conflict", pendingHold)
+  }
+  const closedHold = state.closed.get(command.id)
+  if (closedHold !== undefined) return holdResult(ctx, state, "closed", closedHold)
+  if (meterPeriod(ctx.config, command.meter) === undefined) return unknownMeter
+  if (state.pending.size >= pendingHoldsPerUserMax) return overloaded
+
+  const meterState = meterAt(ctx.config, state, command.meter, ctx.now)
+  if (wouldOverflow(meterState.used + meterState.reserved, command.amount)) {
+    return invalidRequest("amount: would take the meter's used + reserved past 2^53-1")
+  }
+  const limit = meterLimit(ctx.config, state, command.meter)
+  if (meterState.used + meterState.reserved + command.amount > limit) {
+    return {
+      status: "insufficient_quota",
+      requested: command.amount,
+      pendingHolds: meterState.pendingHolds,
+      ...meterView(ctx.config, state, command.meter, ctx.now)
+    }
+  }
+  const hold: Hold = {
+    id: command.id,
+    meter: command.meter,
+    amount: command.amount,
+    consumed: 0,
+    state: "pending",
+    expiresAt: ctx.now + command.ttlMs,
+    createdAt: ctx.now,
+    closedAt: null,
+    consumeKeys: new Set()
+  }
+  state.pending.set(hold.id, hold)
+  meterState.reserved += hold.amount
+  meterState.pendingHolds += 1
+  assertGrantWithinLimit(state, hold.meter, limit)
+  assertMeter(state, hold.meter)
+  pushHold(state, output, hold)
+  return holdResult(ctx, state, "reserved", hold)
+}
+
+export const consume = (
+  ctx: DecideContext,
+  state: UserState,
+  command: CommandOf<"consume">,
+  output: Output
+): Result => {
+  const hold = findHold(state, command.id)
+  if (hold === undefined) return notFound
+  if (hold.consumeKeys.has(command.key)) return holdResult(ctx, state, "exists", hold)
+  if (hold.state !== "pending") return holdResult(ctx, state, "closed", hold)
+  if (hold.consumeKeys.size >= consumeKeysPerHoldMax) return overloaded
+  const meterState = meterAt(ctx.config, state, hold.meter, ctx.now)
+  if (
+    wouldOverflow(meterState.used + meterState.reserved, command.amount) ||
+    wouldOverflow(hold.consumed, command.amount)
+  ) {
+    return invalidRequest("amount: would take the meter's used past 2^53-1")
+  }
+  const reservedBefore = holdReserved(hold)
+  hold.consumed += command.amount
+  hold.consumeKeys.add(command.key)
+  meterState.reserved += holdReserved(hold) - reservedBefore
+  pushHold(state, output, hold)
+  recordUsage(ctx, state, output, {
+    meter: hold.meter,
+    operation: "consume",
+    holdId: hold.id,
+    key: command.key,
+    requested: command.amount,
+    delta: command.amount
+  })
+  assertMeter(state, hold.meter)
+  return holdResult(ctx, state, "consumed", hold)
+}
+
+export const commit = (
+  ctx: DecideContext,
+  state: UserState,
+  command: CommandOf<"commit">,
+  output: Output
+): Result => {
+  const hold = findHold(state, command.id)
+  if (hold === undefined) return notFound
+  if (hold.state === "committed") return holdResult(ctx, state, "exists", hold)
+  if (hold.state !== "pending") return holdResult(ctx, state, "closed", hold)
+  const finalUsage = command.amount ?? Math.max(hold.amount, hold.consumed)
+  const meterState = meterAt(ctx.config, state, hold.meter, ctx.now)
+  const charge = finalUsage - hold.consumed
+  // The hold's reserved rest is returned in the same decision, so only the part beyond it can overflow.
+  if (charge > 0 && wouldOverflow(meterState.used + meterState.reserved - holdReserved(hold), charge)) {
+    return invalidRequest("amount: would take the meter's used past 2^53-1")
+  }
+  const delta = charge >= 0 ? charge : refundDelta(meterState.used, -charge)
+  closeHold(ctx, state, hold, "committed")
+  hold.consumed = finalUsage
+  pushHold(state, output, hold)
+  recordUsage(ctx, state, output, {
+    meter: hold.meter,
+    operation: "commit",
+    holdId: hold.id,
+    key: "",
+    requested: finalUsage,
+    delta
+  })
+  assertMeter(state, hold.meter)
+  return holdResult(ctx, state, "committed", hold)
+}
+
+export const release = (
+  ctx: DecideContext,
+  state: UserState,
+  command: CommandOf<"release">,
+  output: Output
+): Result => {
+  const hold = findHold(state, command.id)
+  if (hold === undefined) return notFound
+  if (hold.state === "released") return holdResult(ctx, state, "exists", hold)
+  if (hold.state !== "pending") return holdResult(ctx, state, "closed", hold)
+  closeHold(ctx, state, hold, "released")
+  pushHold(state, output, hold)
+  assertMeter(state, hold.meter)
+  return holdResult(ctx, state, "released", hold)
+}
+
+export const extend = (
+  ctx: DecideContext,
+  state: UserState,
+  command: CommandOf<"extend">,
+  output: Output
+): Result => {
+  const hold = findHold(state, command.id)
+  if (hold === undefined) return notFound
+  if (hold.state !== "pending") return holdResult(ctx, state, "closed", hold)
+  hold.expiresAt = ctx.now + command.ttlMs
+  pushHold(state, output, hold)
+  return holdResult(ctx, state, "extended", hold)
+}
+
+export const adjust = (
+  ctx: DecideContext,
+  state: UserState,
+  command: CommandOf<"adjust">,
+  output: Output
+): Result => {
+  const seen = state.adjustments.get(command.id)
+  if (seen !== undefined) {
+    const same = seen.meter === command.meter && seen.amount === command.amount
+    const result: AdjustResult = {
+      status: same ? "exists" : "conflict",
+      id: command.id,
+      ...meterView(ctx.config, state, seen.meter, ctx.now)
+    }
+    return result
+  }
+  if (meterPeriod(ctx.config, command.meter) === undefined) return unknownMeter
+  const meterState = meterAt(ctx.config, state, command.meter, ctx.now)
+  if (command.amount > 0 && wouldOverflow(meterState.used + meterState.reserved, command.amount)) {
+    return invalidRequest("amount: would take the meter's used past 2^53-1")
+  }
+  const delta = command.amount >= 0 ? command.amount : refundDelta(meterState.used, -command.amount)
+  state.adjustments.set(command.id, { meter: command.meter, amount: command.amount, at: ctx.now })
+  while (state.adjustments.size > adjustIdsPerUserMax) {
+    const oldest = state.adjustments.keys().next().value
+    if (oldest === undefined) break
+    state.adjustments.delete(oldest)
+  }
+  recordUsage(ctx, state, output, {
+    meter: command.meter,
+    operation: "adjust",
+    holdId: null,
+    key: command.id,
+    requested: command.amount,
+    delta
+  })
+  assertMeter(state, command.meter)
+  const result: AdjustResult = {
+    status: "adjusted",
+    id: command.id,
+    ...meterView(ctx.config, state, command.meter, ctx.now)
+  }
+  return result
+}
+
+/** Expires every pending hold due at ctx.now, exactly once: an expired hold is closed and never pending again. */
+export const expireHolds = (ctx: DecideContext, state: UserState, output: Output): void => {
+  for (const hold of [...state.pending.values()]) {
+    if (hold.expiresAt > ctx.now) continue
+    closeHold(ctx, state, hold, "expired")
+    pushHold(state, output, hold)
+    assertMeter(state, hold.meter)
+  }
+}
+
+/** Forgets closed holds and adjust ids past the retention window (both maps are in time order). */
+export const pruneRemembered = (ctx: DecideContext, state: UserState): void => {
+  const cutoff = ctx.now - idRetentionMs
+  for (const [id, hold] of state.closed) {
+    if ((hold.closedAt ?? 0) >= cutoff) break
+    state.closed.delete(id)
+  }
+  for (const [id, adjustment] of state.adjustments) {
+    if (adjustment.at >= cutoff) break
+    state.adjustments.delete(id)
+  }
+}

@@ -1,0 +1,66 @@
+/**
+ * Every limit of the coordinator, with its unit last and what happens when it is reached.
+ * Protocol bounds (PROTOCOL.md "Bounds") come first; operational limits after.
+ */
+
+/** Largest amount, limit or usage (2^53-1). A command that would take `used` or `reserved` past it is `invalid_request`. */
+export const amountMax = Number.MAX_SAFE_INTEGER
+
+/** Bytes of a user, id, job, key or ref. Longer is `invalid_request`. */
+export const identifierBytesMax = 256
+
+/** Hold time to live for `reserve` and `extend`. Outside is `invalid_request`. */
+export const holdTtlMsMin = 1_000
+export const holdTtlMsMax = 86_400_000
+export const holdTtlMsDefault = 3_600_000
+
+/** Slot lease for `acquire_slot` and `renew_slot`. Outside is `invalid_request`. */
+export const slotLeaseMsMin = 1_000
+export const slotLeaseMsMax = 3_600_000
+export const slotLeaseMsDefault = 120_000
+
+/** How long `acquire_slot` may wait in the user's FIFO queue. Outside is `invalid_request`. */
+export const slotWaitMsMax = 300_000
+
+/** Commands in one batch message. A longer array gets the NATS service error 400. */
+export const batchCommandsMax = 1_000
+
+/** Bytes of one request body. A larger one gets the NATS service error 400. */
+export const messageBytesMax = 1_048_576
+
+/** How long a closed hold's id, its consume keys and an `adjust` id are remembered (the retry window). */
+export const idRetentionMs = 7 * 86_400_000
+
+/**
+ * Pending holds one user may have at once. `reserve` past it answers `overloaded`: a user with ten
+ * thousand pieces of work in flight is a runaway client, and each pending hold is scanned on expiry.
+ */
+export const pendingHoldsPerUserMax = 10_000
+
+/**
+ * Closed holds and `adjust` ids remembered per user, each. Past it the oldest is forgotten before its
+ * retention ends (a retry of it would then be decided as new); the cap bounds an actor's memory.
+ */
+export const closedHoldsPerUserMax = 100_000
+export const adjustIdsPerUserMax = 100_000
+
+/** Distinct consume keys per hold. A new key past it answers `overloaded`. */
+export const consumeKeysPerHoldMax = 10_000
+
+/** Slot jobs (held) and waiters per user. A new waiter past it answers `busy` at once. */
+export const slotWaitersPerUserMax = 1_000
+
+/** Commands queued in one user's mailbox. A full mailbox answers `overloaded`. */
+export const mailboxCapacity = 4_096
+
+/** Commands one actor decides before handing their events to the store in one write. */
+export const actorDecisionsPerWriteMax = 512
+
+/** Actors resident at once. A new user past it evicts the least recently used idle actor; if none is idle, `overloaded`. */
+export const residentActorsMax = 100_000
+
+/** An actor with nothing queued, no waiters and no write in flight is evicted after this idle time. */
+export const actorIdleMs = 60_000
+
+/** Store events written in one commit by the group-commit writer; the rest wait for the next commit. */
+export const storeEventsPerCommitMax = 8_192

@@ -1,0 +1,118 @@
+/**
+ * Results: the closed union of PROTOCOL.md's statuses. Rejections are values of this union; a bug is
+ * an assertion that crashes the actor, never a result.
+ */
+
+export type HoldState = "pending" | "committed" | "released" | "expired"
+
+/** A meter's state after a decision. */
+export interface MeterView {
+  readonly meter: string
+  readonly limit: number
+  readonly used: number
+  readonly reserved: number
+  readonly available: number
+  readonly overage: number
+}
+
+export interface HoldView {
+  readonly id: string
+  readonly amount: number
+  readonly consumed: number
+  readonly state: HoldState
+  readonly expiresAt: number
+}
+
+export type HoldStatus =
+  "reserved" | "consumed" | "committed" | "released" | "extended" | "exists" | "conflict" | "closed"
+
+export type HoldResult = { readonly status: HoldStatus } & MeterView & HoldView
+
+export type InsufficientQuotaResult = {
+  readonly status: "insufficient_quota"
+  readonly requested: number
+  readonly pendingHolds: number
+} & MeterView
+
+export type AdjustResult = {
+  readonly status: "adjusted" | "exists" | "conflict"
+  readonly id: string
+} & MeterView
+
+export interface SlotResult {
+  readonly status: "acquired" | "exists" | "renewed" | "released" | "not_found" | "busy"
+  /** Slots the plan allows; null for a system job or with fairness off. */
+  readonly limit: number | null
+  readonly held: number
+  readonly job?: string
+  readonly leaseExpiresAt?: number
+  readonly retryAfterMs?: number
+}
+
+export interface MeterUsage extends MeterView {
+  readonly period: "month" | "day" | "none"
+  readonly periodStart: number | null
+  readonly pendingHolds: number
+}
+
+export interface UsageResult {
+  readonly status: "ok"
+  readonly plan: string
+  readonly meters: ReadonlyArray<MeterUsage>
+  readonly slots: {
+    readonly limit: number | null
+    readonly held: number
+    readonly jobs: ReadonlyArray<{ readonly job: string; readonly leaseExpiresAt: number }>
+    readonly waiting: number
+  }
+}
+
+export interface OkResult {
+  readonly status: "ok"
+}
+
+export interface NotFoundResult {
+  readonly status: "not_found"
+}
+export interface UnknownMeterResult {
+  readonly status: "unknown_meter"
+}
+export interface UnknownPlanResult {
+  readonly status: "unknown_plan"
+}
+export interface InvalidRequestResult {
+  readonly status: "invalid_request"
+  readonly error: string
+}
+export interface WrongPartitionResult {
+  readonly status: "wrong_partition"
+}
+export interface UnavailableResult {
+  readonly status: "unavailable"
+}
+export interface OverloadedResult {
+  readonly status: "overloaded"
+}
+
+export type Result =
+  | HoldResult
+  | InsufficientQuotaResult
+  | AdjustResult
+  | SlotResult
+  | UsageResult
+  | OkResult
+  | NotFoundResult
+  | UnknownMeterResult
+  | UnknownPlanResult
+  | InvalidRequestResult
+  | WrongPartitionResult
+  | UnavailableResult
+  | OverloadedResult
+
+export type Status = Result["status"]
+
+export const unavailable: UnavailableResult = { status: "unavailable" }
+export const overloaded: OverloadedResult = { status: "overloaded" }
+export const notFound: NotFoundResult = { status: "not_found" }
+export const unknownMeter: UnknownMeterResult = { status: "unknown_meter" }
+export const invalidRequest = (error: string): InvalidRequestResult => ({ status: "invalid_request", error })

@@ -1,0 +1,141 @@
+/**
+ * Fairness slots: acquire (with a FIFO wait), renew, release, lease expiry and waiter timeout.
+ * A waiting `acquire_slot` decides to `null`: its answer comes later as a Wakeup for its job.
+ */
+import type { OpsCommand } from "./commands.js"
+import type { DecideContext, Output } from "./context.js"
+import { assertSlotsWithinLimit } from "./invariants.js"
+import { slotWaitersPerUserMax } from "./limits.js"
+import type { SlotResult } from "./results.js"
+import type { UserState } from "./state.js"
+import { slotLimit } from "./state.js"
+
+type CommandOf<Op extends OpsCommand["op"]> = Extract<OpsCommand, { op: Op }>
+
+const slotResult = (
+  ctx: DecideContext,
+  state: UserState,
+  status: SlotResult["status"],
+  extra: Partial<Pick<SlotResult, "job" | "leaseExpiresAt" | "retryAfterMs">> = {}
+): SlotResult => ({ status, limit: slotLimit(ctx.config, state), held: state.slots.size, ...extra })
+
+/** `retryAfterMs` of a `busy`: the snooze base plus jitter, so snoozed callers do not return together. */
+const busy = (ctx: DecideContext, state: UserState): SlotResult =>
+  slotResult(ctx, state, "busy", {
+    retryAfterMs:
+      ctx.config.fairness.snoozeBaseMs + Math.floor(ctx.random() * ctx.config.fairness.snoozeJitterMs)
+  })
+
+const hasFreeSlot = (ctx: DecideContext, state: UserState): boolean => {
+  const limit = slotLimit(ctx.config, state)
+  return limit === null || state.slots.size < limit
+}
+
+const grant = (
+  ctx: DecideContext,
+  state: UserState,
+  job: string,
+  leaseMs: number,
+  output: Output
+): number => {
+  const leaseExpiresAt = ctx.now + leaseMs
+  state.slots.set(job, leaseExpiresAt)
+  output.events.push({ kind: "slot", user: state.user, job, leaseExpiresAt })
+  return leaseExpiresAt
+}
+
+/** A system job (empty user) is always acquired and counts against nothing; it has no state to renew or release. */
+export const decideSystemJob = (
+  command: CommandOf<"acquire_slot" | "renew_slot" | "release_slot">,
+  now: number
+): SlotResult =>
+  command.op === "acquire_slot"
+    ? { status: "acquired", limit: null, held: 0, job: command.job, leaseExpiresAt: now + command.leaseMs }
+    : { status: "not_found", limit: null, held: 0 }
+
+/** Returns null when the caller waits in the queue. */
+export const acquireSlot = (
+  ctx: DecideContext,
+  state: UserState,
+  command: CommandOf<"acquire_slot">,
+  output: Output
+): SlotResult | null => {
+  if (state.slots.has(command.job)) {
+    const leaseExpiresAt = grant(ctx, state, command.job, command.leaseMs, output)
+    return slotResult(ctx, state, "exists", { job: command.job, leaseExpiresAt })
+  }
+  // Waiters are served first: a newcomer does not jump the FIFO queue.
+  if (hasFreeSlot(ctx, state) && state.waiters.length === 0) {
+    const leaseExpiresAt = grant(ctx, state, command.job, command.leaseMs, output)
+    assertSlotsWithinLimit(state, slotLimit(ctx.config, state))
+    return slotResult(ctx, state, "acquired", { job: command.job, leaseExpiresAt })
+  }
+  if (command.waitMs === 0) return busy(ctx, state)
+  const deadlineAt = ctx.now + command.waitMs
+  const queued = state.waiters.find((waiter) => waiter.job === command.job)
+  if (queued !== undefined) {
+    // A retry of a waiting job keeps its place; both callers get the same answer.
+    queued.deadlineAt = Math.max(queued.deadlineAt, deadlineAt)
+    return null
+  }
+  if (state.waiters.length >= slotWaitersPerUserMax) return busy(ctx, state)
+  state.waiters.push({ job: command.job, leaseMs: command.leaseMs, deadlineAt })
+  return null
+}
+
+export const renewSlot = (
+  ctx: DecideContext,
+  state: UserState,
+  command: CommandOf<"renew_slot">,
+  output: Output
+): SlotResult => {
+  if (!state.slots.has(command.job)) return slotResult(ctx, state, "not_found")
+  const leaseExpiresAt = grant(ctx, state, command.job, command.leaseMs, output)
+  return slotResult(ctx, state, "renewed", { job: command.job, leaseExpiresAt })
+}
+
+export const releaseSlot = (
+  ctx: DecideContext,
+  state: UserState,
+  command: CommandOf<"release_slot">,
+  output: Output
+): SlotResult => {
+  if (!state.slots.delete(command.job)) return slotResult(ctx, state, "not_found")
+  output.events.push({ kind: "slot_freed", user: state.user, job: command.job, reason: "released" })
+  const result = slotResult(ctx, state, "released", { job: command.job })
+  grantWaiters(ctx, state, output)
+  return result
+}
+
+/** Hands free slots to waiters in FIFO order. */
+export const grantWaiters = (ctx: DecideContext, state: UserState, output: Output): void => {
+  while (state.waiters.length > 0 && hasFreeSlot(ctx, state)) {
+    const waiter = state.waiters.shift()!
+    const status = state.slots.has(waiter.job) ? "exists" : "acquired"
+    const leaseExpiresAt = grant(ctx, state, waiter.job, waiter.leaseMs, output)
+    assertSlotsWithinLimit(state, slotLimit(ctx.config, state))
+    output.wakeups.push({
+      job: waiter.job,
+      result: slotResult(ctx, state, status, { job: waiter.job, leaseExpiresAt })
+    })
+  }
+}
+
+/** Frees leases that ended, gives the slots to waiters, then times out waiters whose wait ran out. */
+export const expireSlots = (ctx: DecideContext, state: UserState, output: Output): void => {
+  for (const [job, leaseExpiresAt] of [...state.slots]) {
+    if (leaseExpiresAt > ctx.now) continue
+    state.slots.delete(job)
+    output.events.push({ kind: "slot_freed", user: state.user, job, reason: "expired" })
+  }
+  grantWaiters(ctx, state, output)
+  for (let index = 0; index < state.waiters.length;) {
+    const waiter = state.waiters[index]!
+    if (waiter.deadlineAt > ctx.now) {
+      index += 1
+      continue
+    }
+    state.waiters.splice(index, 1)
+    output.wakeups.push({ job: waiter.job, result: busy(ctx, state) })
+  }
+}

@@ -1,0 +1,194 @@
+/**
+ * One user's state as its actor holds it. The actor owns the only reference: decisions update it in
+ * place and return it (TigerBeetle's state machine does the same), and a failed write makes the actor
+ * drop it and load again from the store.
+ */
+import type { Config, Period } from "./config.js"
+import { meterPeriod } from "./config.js"
+import type { HoldRecord, StoredUser } from "./events.js"
+import { periodStartAt } from "./period.js"
+import type { HoldView, MeterUsage, MeterView, UsageResult } from "./results.js"
+
+export interface Hold extends HoldRecord {
+  consumed: number
+  state: HoldRecord["state"]
+  expiresAt: number
+  closedAt: number | null
+  readonly consumeKeys: Set<string>
+}
+
+export interface MeterState {
+  /** The period `used` belongs to; a decision at a later period sees 0. */
+  periodStart: number | null
+  used: number
+  /** Sum over pending holds of this meter of max(0, amount - consumed). */
+  reserved: number
+  pendingHolds: number
+}
+
+export interface Waiter {
+  readonly job: string
+  readonly leaseMs: number
+  deadlineAt: number
+}
+
+export interface Adjustment {
+  readonly meter: string
+  readonly amount: number
+  readonly at: number
+}
+
+export interface UserState {
+  readonly user: string
+  plan: string | null
+  readonly limitOverrides: Map<string, number>
+  readonly meters: Map<string, MeterState>
+  readonly pending: Map<string, Hold>
+  /** Closed holds in the order they closed, so the oldest are pruned from the front. */
+  readonly closed: Map<string, Hold>
+  /** `adjust` ids in the order they were applied. */
+  readonly adjustments: Map<string, Adjustment>
+  /** job -> leaseExpiresAt */
+  readonly slots: Map<string, number>
+  /** FIFO queue of `acquire_slot` callers waiting for a slot. Memory only: a crash ends their wait. */
+  readonly waiters: Array<Waiter>
+}
+
+export const emptyUserState = (user: string): UserState => ({
+  user,
+  plan: null,
+  limitOverrides: new Map(),
+  meters: new Map(),
+  pending: new Map(),
+  closed: new Map(),
+  adjustments: new Map(),
+  slots: new Map(),
+  waiters: []
+})
+
+/** The reserved part of a pending hold: what it may still turn into usage without passing its amount. */
+export const holdReserved = (hold: { readonly amount: number; readonly consumed: number }): number =>
+  Math.max(0, hold.amount - hold.consumed)
+
+export const planOf = (config: Config, state: UserState): string =>
+  state.plan !== null && config.plans[state.plan] !== undefined ? state.plan : config.defaultPlan
+
+export const meterLimit = (config: Config, state: UserState, meter: string): number =>
+  state.limitOverrides.get(meter) ?? config.plans[planOf(config, state)]?.limits[meter] ?? 0
+
+export const slotLimit = (config: Config, state: UserState): number | null =>
+  config.fairness.enabled ? (config.plans[planOf(config, state)]?.slots ?? 0) : null
+
+/** The meter's state at `now`, with `used` reset to 0 if its period has rolled over since. */
+export const meterAt = (config: Config, state: UserState, meter: string, now: number): MeterState => {
+  const period: Period = meterPeriod(config, meter) ?? "none"
+  const periodStart = periodStartAt(period, now)
+  let meterState = state.meters.get(meter)
+  if (meterState === undefined) {
+    meterState = { periodStart, used: 0, reserved: 0, pendingHolds: 0 }
+    state.meters.set(meter, meterState)
+  } else if (meterState.periodStart !== periodStart) {
+    meterState.periodStart = periodStart
+    meterState.used = 0
+  }
+  return meterState
+}
+
+export const meterView = (config: Config, state: UserState, meter: string, now: number): MeterView => {
+  const meterState = meterAt(config, state, meter, now)
+  const limit = meterLimit(config, state, meter)
+  const total = meterState.used + meterState.reserved
+  return {
+    meter,
+    limit,
+    used: meterState.used,
+    reserved: meterState.reserved,
+    available: limit - total,
+    overage: Math.max(0, total - limit)
+  }
+}
+
+export const holdView = (hold: Hold): HoldView => ({
+  id: hold.id,
+  amount: hold.amount,
+  consumed: hold.consumed,
+  state: hold.state,
+  expiresAt: hold.expiresAt
+})
+
+export const holdRecord = (hold: Hold): HoldRecord => ({
+  id: hold.id,
+  meter: hold.meter,
+  amount: hold.amount,
+  consumed: hold.consumed,
+  state: hold.state,
+  expiresAt: hold.expiresAt,
+  createdAt: hold.createdAt,
+  closedAt: hold.closedAt
+})
+
+export const usageView = (config: Config, state: UserState, now: number): UsageResult => ({
+  status: "ok",
+  plan: planOf(config, state),
+  meters: config.meters.map(({ name, period }): MeterUsage => {
+    const view = meterView(config, state, name, now)
+    return {
+      meter: name,
+      period,
+      periodStart: periodStartAt(period, now),
+      limit: view.limit,
+      used: view.used,
+      reserved: view.reserved,
+      available: view.available,
+      overage: view.overage,
+      pendingHolds: meterAt(config, state, name, now).pendingHolds
+    }
+  }),
+  slots: {
+    limit: slotLimit(config, state),
+    held: state.slots.size,
+    jobs: [...state.slots].map(([job, leaseExpiresAt]) => ({ job, leaseExpiresAt })),
+    waiting: state.waiters.length
+  }
+})
+
+/** The earliest moment something in this state falls due (hold expiry, lease end, waiter timeout). */
+export const nextDeadline = (state: UserState): number | null => {
+  let earliest = Infinity
+  for (const hold of state.pending.values()) earliest = Math.min(earliest, hold.expiresAt)
+  for (const leaseExpiresAt of state.slots.values()) earliest = Math.min(earliest, leaseExpiresAt)
+  for (const waiter of state.waiters) earliest = Math.min(earliest, waiter.deadlineAt)
+  return earliest === Infinity ? null : earliest
+}
+
+/** Builds the state an actor starts from. Expired holds and leases are left for the first decision to expire, exactly once. */
+export const userStateFromStored = (user: string, stored: StoredUser): UserState => {
+  const state = emptyUserState(user)
+  state.plan = stored.plan
+  for (const { meter, limit } of stored.limitOverrides) state.limitOverrides.set(meter, limit)
+  for (const { meter, periodStart, used } of stored.usage) {
+    state.meters.set(meter, { periodStart, used, reserved: 0, pendingHolds: 0 })
+  }
+  const closedInOrder: Array<Hold> = []
+  for (const record of stored.holds) {
+    const hold: Hold = { ...record, consumeKeys: new Set(record.consumeKeys) }
+    if (hold.state === "pending") {
+      state.pending.set(hold.id, hold)
+      let meterState = state.meters.get(hold.meter)
+      if (meterState === undefined) {
+        meterState = { periodStart: null, used: 0, reserved: 0, pendingHolds: 0 }
+        state.meters.set(hold.meter, meterState)
+      }
+      meterState.reserved += holdReserved(hold)
+      meterState.pendingHolds += 1
+    } else {
+      closedInOrder.push(hold)
+    }
+  }
+  closedInOrder.sort((left, right) => (left.closedAt ?? 0) - (right.closedAt ?? 0))
+  for (const hold of closedInOrder) state.closed.set(hold.id, hold)
+  const adjustmentsInOrder = [...stored.adjustments].sort((left, right) => left.at - right.at)
+  for (const { id, meter, amount, at } of adjustmentsInOrder) state.adjustments.set(id, { meter, amount, at })
+  for (const { job, leaseExpiresAt } of stored.slots) state.slots.set(job, leaseExpiresAt)
+  return state
+}

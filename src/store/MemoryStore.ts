@@ -1,0 +1,179 @@
+/**
+ * The store in memory, for the actor and property tests. It keeps rows as Postgres would (holds, ledger,
+ * usage totals, slots, plans, limits) and rebuilds a StoredUser from them, so a "crash" that drops
+ * every actor and reloads exercises the same load path as production.
+ */
+import { Effect, Layer } from "effect"
+import type { HoldRecord, StoreEvent, StoredUser } from "../domain/events.js"
+import { idRetentionMs } from "../domain/limits.js"
+import type { StoreShape } from "./Store.js"
+import { Store, StoreUnavailable } from "./Store.js"
+
+interface LedgerRow {
+  readonly meter: string
+  readonly periodStart: number | null
+  readonly operation: "consume" | "commit" | "adjust"
+  readonly holdId: string | null
+  readonly key: string
+  readonly requested: number
+  readonly delta: number
+  readonly at: number
+}
+
+export interface MemoryUserRows {
+  plan: string | null
+  readonly limits: Map<string, number>
+  readonly holds: Map<string, HoldRecord>
+  readonly ledger: Array<LedgerRow>
+  /** `${meter}|${periodStart}` -> used */
+  readonly usage: Map<string, { meter: string; periodStart: number | null; used: number }>
+  readonly slots: Map<string, number>
+}
+
+export interface MemoryStoreOptions {
+  /** Awaited before each write is applied: tests inject delays, failures and fc.scheduler points here. */
+  readonly beforeWrite?: (events: ReadonlyArray<StoreEvent>) => Promise<void>
+  /** Awaited before each load. */
+  readonly beforeLoad?: (user: string) => Promise<void>
+}
+
+export interface MemoryStore extends StoreShape {
+  readonly rows: Map<string, MemoryUserRows>
+  /** Ledger keys seen twice: must stay 0 (nothing applied twice). */
+  readonly duplicateLedgerKeys: () => number
+}
+
+const rowsOf = (rows: Map<string, MemoryUserRows>, user: string): MemoryUserRows => {
+  let userRows = rows.get(user)
+  if (userRows === undefined) {
+    userRows = {
+      plan: null,
+      limits: new Map(),
+      holds: new Map(),
+      ledger: [],
+      usage: new Map(),
+      slots: new Map()
+    }
+    rows.set(user, userRows)
+  }
+  return userRows
+}
+
+const ledgerKey = (row: { operation: string; holdId: string | null; key: string }): string =>
+  `${row.operation}|${row.holdId ?? ""}|${row.key}`
+
+export const makeMemoryStore = (options: MemoryStoreOptions = {}): MemoryStore => {
+  const rows = new Map<string, MemoryUserRows>()
+  let duplicates = 0
+  const seenLedgerKeys = new Map<string, Set<string>>()
+
+  const apply = (event: StoreEvent): void => {
+    const userRows = rowsOf(rows, event.user)
+    switch (event.kind) {
+      case "hold":
+        userRows.holds.set(event.hold.id, event.hold)
+        return
+      case "ledger": {
+        const seen = seenLedgerKeys.get(event.user) ?? new Set<string>()
+        seenLedgerKeys.set(event.user, seen)
+        const key = ledgerKey(event)
+        if (seen.has(key)) duplicates += 1
+        seen.add(key)
+        userRows.ledger.push(event)
+        return
+      }
+      case "usage":
+        userRows.usage.set(`${event.meter}|${event.periodStart}`, {
+          meter: event.meter,
+          periodStart: event.periodStart,
+          used: event.used
+        })
+        return
+      case "slot":
+        userRows.slots.set(event.job, event.leaseExpiresAt)
+        return
+      case "slot_freed":
+        userRows.slots.delete(event.job)
+        return
+      case "plan":
+        userRows.plan = event.plan
+        return
+      case "limit":
+        if (event.limit === null) userRows.limits.delete(event.meter)
+        else userRows.limits.set(event.meter, event.limit)
+        return
+    }
+  }
+
+  const loadRows = (user: string, now: number): StoredUser => {
+    const userRows = rows.get(user)
+    if (userRows === undefined) {
+      return { plan: null, limitOverrides: [], usage: [], holds: [], adjustments: [], slots: [] }
+    }
+    const cutoff = now - idRetentionMs
+    const latestUsage = new Map<string, { meter: string; periodStart: number | null; used: number }>()
+    for (const row of userRows.usage.values()) {
+      const current = latestUsage.get(row.meter)
+      if (current === undefined || (row.periodStart ?? 0) >= (current.periodStart ?? 0))
+        latestUsage.set(row.meter, row)
+    }
+    const consumeKeys = new Map<string, Array<string>>()
+    for (const entry of userRows.ledger) {
+      if (entry.operation !== "consume" || entry.holdId === null) continue
+      const keys = consumeKeys.get(entry.holdId) ?? []
+      keys.push(entry.key)
+      consumeKeys.set(entry.holdId, keys)
+    }
+    return {
+      plan: userRows.plan,
+      limitOverrides: [...userRows.limits].map(([meter, limit]) => ({ meter, limit })),
+      usage: [...latestUsage.values()],
+      holds: [...userRows.holds.values()]
+        .filter((hold) => hold.state === "pending" || (hold.closedAt ?? 0) >= cutoff)
+        .map((hold) => ({ ...hold, consumeKeys: consumeKeys.get(hold.id) ?? [] })),
+      adjustments: userRows.ledger
+        .filter((entry) => entry.operation === "adjust" && entry.at >= cutoff)
+        .map((entry) => ({ id: entry.key, meter: entry.meter, amount: entry.requested, at: entry.at })),
+      slots: [...userRows.slots].map(([job, leaseExpiresAt]) => ({ job, leaseExpiresAt }))
+    }
+  }
+
+  const toUnavailable = (cause: unknown) => new StoreUnavailable({ reason: String(cause), cause })
+
+  return {
+    rows,
+    duplicateLedgerKeys: () => duplicates,
+    load: (user, now) =>
+      Effect.tryPromise({
+        try: async () => {
+          if (options.beforeLoad !== undefined) await options.beforeLoad(user)
+          return loadRows(user, now)
+        },
+        catch: toUnavailable
+      }),
+    write: (events) =>
+      Effect.tryPromise({
+        try: async () => {
+          if (options.beforeWrite !== undefined) await options.beforeWrite(events)
+          for (const event of events) apply(event)
+        },
+        catch: toUnavailable
+      }),
+    usersWithExpiries: (now, limit) =>
+      Effect.sync(() => {
+        const users: Array<string> = []
+        for (const [user, userRows] of rows) {
+          if (users.length >= limit) break
+          const holdDue = [...userRows.holds.values()].some(
+            (hold) => hold.state === "pending" && hold.expiresAt <= now
+          )
+          const slotDue = [...userRows.slots.values()].some((leaseExpiresAt) => leaseExpiresAt <= now)
+          if (holdDue || slotDue) users.push(user)
+        }
+        return users
+      })
+  }
+}
+
+export const memoryStoreLayer = (store: MemoryStore = makeMemoryStore()): Layer.Layer<Store> =>
+  Layer.succeed(Store, store)

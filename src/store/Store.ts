@@ -1,0 +1,27 @@
+/**
+ * The store port: where actors load users from and hand their decisions' events to. `write` succeeds
+ * only once the events are durable; many actors' writes may share one commit (see GroupCommit.ts).
+ */
+import { Context, Data } from "effect"
+import type { Effect } from "effect"
+import type { StoreEvent, StoredUser } from "../domain/events.js"
+
+/** The store could not confirm: the write may or may not have happened. Callers answer `unavailable`. */
+export class StoreUnavailable extends Data.TaggedError("StoreUnavailable")<{
+  readonly reason: string
+  readonly cause?: unknown
+}> {}
+
+export interface StoreShape {
+  /** Everything one user's actor needs, in one round trip. `now` bounds the retention window of closed ids. */
+  readonly load: (user: string, now: number) => Effect.Effect<StoredUser, StoreUnavailable>
+  /** Makes `events` durable, applied in order. Succeeds only after the commit. */
+  readonly write: (events: ReadonlyArray<StoreEvent>) => Effect.Effect<void, StoreUnavailable>
+  /** Users with a pending hold or a slot lease due at or before `now`, at most `limit` of them (the orphan sweep). */
+  readonly usersWithExpiries: (
+    now: number,
+    limit: number
+  ) => Effect.Effect<ReadonlyArray<string>, StoreUnavailable>
+}
+
+export class Store extends Context.Service<Store, StoreShape>()("quota-coordinator/Store") {}
