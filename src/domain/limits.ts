@@ -64,3 +64,9 @@ export const actorIdleMs = 60_000
 
 /** Store events written in one commit by the group-commit writer; the rest wait for the next commit. */
 export const storeEventsPerCommitMax = 8_192
+
+/** How often the orphan sweep looks for due holds and leases of users with no resident actor. */
+export const sweepIntervalMs = 1_000
+
+/** Users one sweep run sends an expiry tick to; the rest wait for the next run. */
+export const sweepUsersPerRunMax = 1_000

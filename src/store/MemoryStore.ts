@@ -41,6 +41,11 @@ export interface MemoryStore extends StoreShape {
   readonly rows: Map<string, MemoryUserRows>
   /** Ledger keys seen twice: must stay 0 (nothing applied twice). */
   readonly duplicateLedgerKeys: () => number
+  /**
+   * Models a crash's fencing: writes that started before this call fail instead of applying, as a
+   * superseded owner's transaction fails its epoch check in Postgres.
+   */
+  readonly fence: () => void
 }
 
 const rowsOf = (rows: Map<string, MemoryUserRows>, user: string): MemoryUserRows => {
@@ -65,6 +70,7 @@ const ledgerKey = (row: { operation: string; holdId: string | null; key: string 
 export const makeMemoryStore = (options: MemoryStoreOptions = {}): MemoryStore => {
   const rows = new Map<string, MemoryUserRows>()
   let duplicates = 0
+  let epoch = 0
   const seenLedgerKeys = new Map<string, Set<string>>()
 
   const apply = (event: StoreEvent): void => {
@@ -143,6 +149,9 @@ export const makeMemoryStore = (options: MemoryStoreOptions = {}): MemoryStore =
   return {
     rows,
     duplicateLedgerKeys: () => duplicates,
+    fence: () => {
+      epoch += 1
+    },
     load: (user, now) =>
       Effect.tryPromise({
         try: async () => {
@@ -154,7 +163,9 @@ export const makeMemoryStore = (options: MemoryStoreOptions = {}): MemoryStore =
     write: (events) =>
       Effect.tryPromise({
         try: async () => {
+          const startedInEpoch = epoch
           if (options.beforeWrite !== undefined) await options.beforeWrite(events)
+          if (startedInEpoch !== epoch) throw new Error("fenced: the writer was superseded")
           for (const event of events) apply(event)
         },
         catch: toUnavailable

@@ -1,0 +1,177 @@
+/**
+ * The coordinator: routes each command to its user's actor, creating actors on first use (state loaded
+ * from the store), capping how many are resident, and sweeping expiries of users with no resident actor.
+ */
+import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Queue, Random, Scope } from "effect"
+import type { Command } from "../domain/commands.js"
+import type { Config } from "../domain/config.js"
+import {
+  actorDecisionsPerWriteMax,
+  actorIdleMs,
+  mailboxCapacity,
+  residentActorsMax,
+  sweepIntervalMs,
+  sweepUsersPerRunMax
+} from "../domain/limits.js"
+import type { Result } from "../domain/results.js"
+import { overloaded } from "../domain/results.js"
+import { decideSystemJob } from "../domain/slots.js"
+import { Store } from "../store/Store.js"
+import type { ActorSettings, Envelope, UserActor } from "./UserActor.js"
+import { makeUserActor, runUserActor } from "./UserActor.js"
+
+export interface CoordinatorShape {
+  /** Decides one command through its user's actor; never fails: store trouble answers `unavailable`, a full mailbox `overloaded`. */
+  readonly submit: (command: Command) => Effect.Effect<Result>
+  /**
+   * Enqueues every command synchronously, in array order, then awaits all results (in the same order).
+   * Commands of one user are decided in the order given; this is how a batch message is served.
+   */
+  readonly submitAll: (commands: ReadonlyArray<Command>) => Effect.Effect<ReadonlyArray<Result>>
+  /** Enqueues one command now and returns where its result will appear (for callers outside Effect). */
+  readonly enqueue: (command: Command) => Deferred.Deferred<Result>
+  /** Sends an expiry tick to every user the store reports as due: the orphan sweep, once. Returns how many. */
+  readonly sweepOnce: Effect.Effect<number>
+  /** How many actors are resident now. */
+  readonly residentActors: () => number
+  /** Test hook for "crash": interrupts every actor and forgets all memory; the next command reloads from the store. */
+  readonly dropAllActors: Effect.Effect<void>
+}
+
+export class Coordinator extends Context.Service<Coordinator, CoordinatorShape>()(
+  "quota-coordinator/Coordinator"
+) {}
+
+export interface CoordinatorOptions {
+  readonly config: Config
+  /** Recount every aggregate after each decision (tests). Default false. */
+  readonly assertFull?: boolean
+  readonly residentActorsMax?: number
+  readonly mailboxCapacity?: number
+  readonly actorIdleMs?: number
+  readonly decisionsPerWriteMax?: number
+  /** Run the orphan sweep every this many ms; 0 turns the periodic sweep off (tests call sweepOnce). */
+  readonly sweepIntervalMs?: number
+  readonly onError?: (user: string, message: string, cause: unknown) => void
+}
+
+interface ResidentActor {
+  readonly actor: UserActor
+  fiber: Fiber.Fiber<void> | undefined
+}
+
+export const makeCoordinator = (
+  options: CoordinatorOptions
+): Effect.Effect<CoordinatorShape, never, Store | Scope.Scope> =>
+  Effect.gen(function* () {
+    const store = yield* Store
+    const random = yield* Random.Random
+    const clock = yield* Clock.Clock
+    const context = yield* Effect.context<never>()
+    const runFork = Effect.runForkWith(context)
+    const actors = new Map<string, ResidentActor>()
+    const capacity = options.mailboxCapacity ?? mailboxCapacity
+    const maxResident = options.residentActorsMax ?? residentActorsMax
+
+    const settings: ActorSettings = {
+      config: options.config,
+      store,
+      random: () => random.nextDoubleUnsafe(),
+      decisionsPerWriteMax: options.decisionsPerWriteMax ?? actorDecisionsPerWriteMax,
+      idleMs: options.actorIdleMs ?? actorIdleMs,
+      assertFull: options.assertFull ?? false,
+      onError: options.onError ?? (() => {}),
+      onClose: (actor) => {
+        if (actors.get(actor.user)?.actor === actor) actors.delete(actor.user)
+      }
+    }
+
+    const isIdle = (resident: ResidentActor): boolean =>
+      !resident.actor.busy &&
+      resident.actor.parked.size === 0 &&
+      Queue.sizeUnsafe(resident.actor.mailbox) === 0
+
+    /** Makes room for one more actor by evicting the least recently used idle one. */
+    const evictOne = (): boolean => {
+      for (const [user, resident] of actors) {
+        if (!isIdle(resident)) continue
+        actors.delete(user)
+        resident.actor.closed = true
+        if (resident.fiber !== undefined) runFork(Fiber.interrupt(resident.fiber))
+        return true
+      }
+      return false
+    }
+
+    const actorFor = (user: string): UserActor | undefined => {
+      const resident = actors.get(user)
+      if (resident !== undefined && !resident.actor.closed) {
+        // Map order is recency order: the front is the least recently used.
+        actors.delete(user)
+        actors.set(user, resident)
+        return resident.actor
+      }
+      if (actors.size >= maxResident && !evictOne()) return undefined
+      const actor = makeUserActor(user, Effect.runSync(Queue.bounded<Envelope>(capacity)))
+      const entry: ResidentActor = { actor, fiber: undefined }
+      actors.set(user, entry)
+      entry.fiber = runFork(runUserActor(actor, settings))
+      return actor
+    }
+
+    const enqueue = (command: Command): Deferred.Deferred<Result> => {
+      const reply = Deferred.makeUnsafe<Result>()
+      if (
+        command.user === "" &&
+        (command.op === "acquire_slot" || command.op === "renew_slot" || command.op === "release_slot")
+      ) {
+        Deferred.doneUnsafe(reply, Exit.succeed(decideSystemJob(command, clock.currentTimeMillisUnsafe())))
+        return reply
+      }
+      const actor = actorFor(command.user)
+      if (actor === undefined || !Queue.offerUnsafe(actor.mailbox, { command, reply })) {
+        Deferred.doneUnsafe(reply, Exit.succeed(overloaded))
+      }
+      return reply
+    }
+
+    const sweepOnce = Effect.gen(function* () {
+      const now = yield* Clock.currentTimeMillis
+      const users = yield* Effect.orElseSucceed(store.usersWithExpiries(now, sweepUsersPerRunMax), () => [])
+      const replies = users.map((user) => enqueue({ op: "tick", user }))
+      yield* Effect.forEach(replies, Deferred.await, { discard: true })
+      return users.length
+    })
+
+    const dropAllActors = Effect.gen(function* () {
+      const residents = [...actors.values()]
+      actors.clear()
+      for (const resident of residents) resident.actor.closed = true
+      yield* Fiber.interruptAll(
+        residents.flatMap((resident) => (resident.fiber === undefined ? [] : [resident.fiber]))
+      )
+    })
+
+    yield* Effect.addFinalizer(() => dropAllActors)
+
+    const interval = options.sweepIntervalMs ?? sweepIntervalMs
+    if (interval > 0) {
+      yield* Effect.forkScoped(Effect.forever(Effect.andThen(Effect.sleep(interval), sweepOnce)))
+    }
+
+    return {
+      submit: (command) => Effect.suspend(() => Deferred.await(enqueue(command))),
+      submitAll: (commands) =>
+        Effect.suspend(() => {
+          const replies = commands.map(enqueue)
+          return Effect.forEach(replies, Deferred.await)
+        }),
+      enqueue,
+      sweepOnce,
+      residentActors: () => actors.size,
+      dropAllActors
+    }
+  })
+
+export const coordinatorLayer = (options: CoordinatorOptions): Layer.Layer<Coordinator, never, Store> =>
+  Layer.effect(Coordinator, makeCoordinator(options))

@@ -1,0 +1,224 @@
+/**
+ * One user's actor: the single writer of that user's state. It takes what its mailbox holds, decides
+ * each command in order, hands the group's events to the store in one write, and only after the store
+ * confirms does it answer. While that write is in flight, new commands queue and are decided as the
+ * next group, so a hot user gets many commands per commit, not one per round trip.
+ *
+ * A failed write or a failed invariant answers the group (and every parked waiter) `unavailable` and
+ * reloads the state from the store: memory never runs ahead of what is durable.
+ */
+import { Cause, Clock, Deferred, Effect, Exit, Option, Queue } from "effect"
+import type { Command } from "../domain/commands.js"
+import type { Config } from "../domain/config.js"
+import type { DecideContext, Wakeup } from "../domain/context.js"
+import { decide } from "../domain/decide.js"
+import type { StoreEvent } from "../domain/events.js"
+import { assertUserState } from "../domain/invariants.js"
+import type { Result } from "../domain/results.js"
+import { unavailable } from "../domain/results.js"
+import type { UserState } from "../domain/state.js"
+import { nextDeadline, userStateFromStored } from "../domain/state.js"
+import type { StoreShape } from "../store/Store.js"
+
+export interface Envelope {
+  readonly command: Command
+  readonly reply: Deferred.Deferred<Result>
+}
+
+export interface ActorSettings {
+  readonly config: Config
+  readonly store: StoreShape
+  readonly random: () => number
+  readonly decisionsPerWriteMax: number
+  readonly idleMs: number
+  /** Recount every aggregate after each decision (tests). */
+  readonly assertFull: boolean
+  readonly onError: (user: string, message: string, cause: unknown) => void
+  /** Called once, synchronously, when the actor stops taking commands (idle, load failure). */
+  readonly onClose: (actor: UserActor) => void
+}
+
+export interface UserActor {
+  readonly user: string
+  readonly mailbox: Queue.Queue<Envelope>
+  /** Deciding or writing: an actor in this state is never evicted. */
+  busy: boolean
+  /** Replies of `acquire_slot` callers waiting in the user's FIFO queue, by job. */
+  readonly parked: Map<string, Array<Deferred.Deferred<Result>>>
+  closed: boolean
+  /** The group being decided or written, answered `unavailable` if the actor is interrupted. */
+  inFlight: ReadonlyArray<Envelope>
+}
+
+export const makeUserActor = (user: string, mailbox: Queue.Queue<Envelope>): UserActor => ({
+  user,
+  mailbox,
+  busy: true,
+  parked: new Map(),
+  closed: false,
+  inFlight: []
+})
+
+const answer = (reply: Deferred.Deferred<Result>, result: Result): void => {
+  Deferred.doneUnsafe(reply, Exit.succeed(result))
+}
+
+/** Answers every parked waiter `unavailable`: their place in the queue was memory only. */
+const releaseParked = (actor: UserActor): void => {
+  for (const replies of actor.parked.values()) for (const reply of replies) answer(reply, unavailable)
+  actor.parked.clear()
+}
+
+/**
+ * Stops the actor: the registry forgets it (synchronously, so no command is offered after this), and
+ * whatever is still queued or parked is answered `unavailable`.
+ */
+const close = (actor: UserActor, settings: ActorSettings): Effect.Effect<void> =>
+  Effect.gen(function* () {
+    actor.closed = true
+    settings.onClose(actor)
+    releaseParked(actor)
+    for (;;) {
+      const envelope = yield* Queue.poll(actor.mailbox)
+      if (Option.isNone(envelope)) break
+      answer(envelope.value.reply, unavailable)
+    }
+    yield* Queue.shutdown(actor.mailbox)
+  })
+
+const load = (actor: UserActor, settings: ActorSettings): Effect.Effect<Option.Option<UserState>> =>
+  Effect.gen(function* () {
+    const now = yield* Clock.currentTimeMillis
+    const loaded = yield* Effect.exit(settings.store.load(actor.user, now))
+    if (Exit.isFailure(loaded)) {
+      settings.onError(actor.user, "load failed", Cause.squash(loaded.cause))
+      return Option.none()
+    }
+    const state = userStateFromStored(actor.user, loaded.value)
+    assertUserState(state)
+    return Option.some(state)
+  })
+
+interface Group {
+  readonly events: Array<StoreEvent>
+  readonly replies: Array<readonly [Deferred.Deferred<Result>, Result]>
+  readonly wakeups: Array<Wakeup>
+}
+
+/** Decides the group's commands in order; park waiting `acquire_slot` replies. May throw on an invariant violation. */
+const decideGroup = (
+  actor: UserActor,
+  state: UserState,
+  envelopes: ReadonlyArray<Envelope>,
+  ctx: DecideContext,
+  settings: ActorSettings
+): Group => {
+  const group: Group = { events: [], replies: [], wakeups: [] }
+  for (const { command, reply } of envelopes) {
+    const decision = decide(state, command, ctx, { assertFull: settings.assertFull })
+    for (const event of decision.events) group.events.push(event)
+    for (const wakeup of decision.wakeups) group.wakeups.push(wakeup)
+    if (decision.result !== null) group.replies.push([reply, decision.result])
+    else if (command.op === "acquire_slot") {
+      const replies = actor.parked.get(command.job) ?? []
+      replies.push(reply)
+      actor.parked.set(command.job, replies)
+    } else group.replies.push([reply, { status: "ok" }])
+  }
+  return group
+}
+
+const tickOf = (user: string): Command => ({ op: "tick", user })
+
+/**
+ * The actor's life: load, then decide groups until idle. Typed `Effect<void>` because it ends only by
+ * eviction or a failed load; every other failure is answered and recovered from inside.
+ */
+export const runUserActor = (actor: UserActor, settings: ActorSettings): Effect.Effect<void> =>
+  Effect.onInterrupt(actorLoop(actor, settings), () =>
+    Effect.gen(function* () {
+      // Interrupted (eviction, shutdown, a simulated crash): nobody waits forever.
+      for (const { reply } of actor.inFlight) answer(reply, unavailable)
+      actor.inFlight = []
+      yield* close(actor, settings)
+    })
+  )
+
+const actorLoop = (actor: UserActor, settings: ActorSettings): Effect.Effect<void> =>
+  Effect.gen(function* () {
+    let loaded = yield* load(actor, settings)
+    if (Option.isNone(loaded)) return yield* close(actor, settings)
+    let state = loaded.value
+    let lastActiveAt = yield* Clock.currentTimeMillis
+    actor.busy = false
+
+    for (;;) {
+      const now = yield* Clock.currentTimeMillis
+      const deadline = nextDeadline(state) ?? Infinity
+      const idleAt = actor.parked.size === 0 ? lastActiveAt + settings.idleMs : Infinity
+      const wakeAt = Math.min(deadline, idleAt)
+      const taken: Option.Option<ReadonlyArray<Envelope>> =
+        wakeAt === Infinity
+          ? Option.some(yield* Queue.takeBetween(actor.mailbox, 1, settings.decisionsPerWriteMax))
+          : yield* Effect.timeoutOption(
+              Queue.takeBetween(actor.mailbox, 1, settings.decisionsPerWriteMax),
+              Math.max(0, wakeAt - now)
+            )
+
+      let envelopes: ReadonlyArray<Envelope>
+      if (Option.isSome(taken)) envelopes = taken.value
+      else {
+        const woke = yield* Clock.currentTimeMillis
+        if (
+          woke < deadline &&
+          woke >= idleAt &&
+          actor.parked.size === 0 &&
+          Queue.sizeUnsafe(actor.mailbox) === 0
+        ) {
+          return yield* close(actor, settings)
+        }
+        envelopes = [{ command: tickOf(actor.user), reply: Deferred.makeUnsafe<Result>() }]
+      }
+
+      actor.busy = true
+      actor.inFlight = envelopes
+      const decidedAt = yield* Clock.currentTimeMillis
+      const ctx: DecideContext = { config: settings.config, now: decidedAt, random: settings.random }
+      const decided = yield* Effect.exit(
+        Effect.sync(() => decideGroup(actor, state, envelopes, ctx, settings))
+      )
+      let confirmed: Group | undefined
+      if (Exit.isFailure(decided)) {
+        settings.onError(
+          actor.user,
+          "decision crashed (invariant violation or bug)",
+          Cause.squash(decided.cause)
+        )
+      } else if (decided.value.events.length === 0) {
+        confirmed = decided.value
+      } else {
+        const written = yield* Effect.exit(settings.store.write(decided.value.events))
+        if (Exit.isSuccess(written)) confirmed = decided.value
+        else settings.onError(actor.user, "write failed", Cause.squash(written.cause))
+      }
+
+      if (confirmed === undefined) {
+        // Nothing of this group is confirmed: answer it all `unavailable` and start again from the store.
+        for (const { reply } of envelopes) answer(reply, unavailable)
+        releaseParked(actor)
+        loaded = yield* load(actor, settings)
+        if (Option.isNone(loaded)) return yield* close(actor, settings)
+        state = loaded.value
+      } else {
+        for (const [reply, result] of confirmed.replies) answer(reply, result)
+        for (const { job, result } of confirmed.wakeups) {
+          const replies = actor.parked.get(job)
+          actor.parked.delete(job)
+          for (const reply of replies ?? []) answer(reply, result)
+        }
+      }
+      lastActiveAt = decidedAt
+      actor.inFlight = []
+      actor.busy = false
+    }
+  })
