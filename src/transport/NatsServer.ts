@@ -1,0 +1,382 @@
+/**
+ * The NATS edge: subscribes to `{prefix}.v1.{p}.ops` and `.admin` for the partitions it is told to
+ * serve, answers each request with exactly one reply, and answers NATS micro discovery.
+ *
+ * A request is handled inside the subscription callback, synchronously, up to the point where its
+ * commands are enqueued into their users' mailboxes (`Coordinator.submitAll` enqueues before it first
+ * suspends): so commands of one user are decided in message order and, within a batch, in array order.
+ * The reply is sent when the last result arrives. Whatever goes wrong after that point (a defect, an
+ * interruption at shutdown) answers the affected commands `unavailable`: never silence.
+ */
+import { connect, Empty, headers, nuid } from "@nats-io/transport-node"
+import type { Msg, Subscription } from "@nats-io/transport-node"
+import { Cause, Context, Effect, Exit, FiberSet, Layer, Scope } from "effect"
+import { Coordinator } from "../actors/Coordinator.js"
+import type { Settings } from "../config/settings.js"
+import type { Command } from "../domain/commands.js"
+import { transportDrainMs } from "../domain/limits.js"
+import type { Result } from "../domain/results.js"
+import { unavailable } from "../domain/results.js"
+import { headerSafe, parseBody } from "./body.js"
+import type { Judged, SubjectKind } from "./decode.js"
+import { judgeCommand } from "./decode.js"
+import type { ServiceIdentity, ServiceVerb } from "./discovery.js"
+import {
+  EndpointStats,
+  controlSubjects,
+  infoResponse,
+  packageVersion,
+  pingResponse,
+  statsResponse
+} from "./discovery.js"
+import { NatsConnectFailed, NatsSubscribeFailed, PartitionOutOfRange, reasonOf } from "./errors.js"
+import { InFlight } from "./inFlight.js"
+import type { Logger } from "./log.js"
+import { logDecision, logRefusal } from "./log.js"
+
+export interface NatsServerOptions {
+  /** `NATS_URL`: one server URL or a comma-separated list. */
+  readonly servers: string
+  readonly prefix: string
+  readonly partitions: number
+  readonly logger: Logger
+  /** Served at start; default every partition 0..P-1. Pass [] to start with none and call servePartitions. */
+  readonly initialPartitions?: ReadonlyArray<number>
+  /** The version discovery reports; default the package's. */
+  readonly version?: string
+  /**
+   * Queue group of the request subscriptions (default "q", as NATS micro). If two instances ever
+   * subscribe to one partition during a hand-over, each request still reaches only one of them.
+   */
+  readonly queueGroup?: string
+  /** How long `stop` waits for requests in flight before answering them `unavailable`. */
+  readonly drainMs?: number
+  /** Largest request body (default 1 MiB, as the protocol says); tests lower it to reach the refusal. */
+  readonly messageBytesMax?: number
+}
+
+/** The options `serve` derives from the environment's settings. */
+export const natsServerOptions = (settings: Settings, logger: Logger): NatsServerOptions => ({
+  servers: settings.natsUrl,
+  prefix: settings.prefix,
+  partitions: settings.partitions,
+  logger
+})
+
+export interface NatsServerShape {
+  /** Subscribes to the partitions' `.ops` and `.admin` subjects; returns once the server has them. */
+  readonly servePartitions: (
+    partitions: ReadonlyArray<number>
+  ) => Effect.Effect<void, NatsSubscribeFailed | PartitionOutOfRange>
+  /** Stops taking the partitions' requests and waits until those in flight are answered. */
+  readonly stopPartitions: (partitions: ReadonlyArray<number>) => Effect.Effect<void>
+  readonly servedPartitions: () => ReadonlyArray<number>
+  /** The micro service id (`$SRV.*.quota-coordinator.<id>`). */
+  readonly serviceId: string
+  /** Stop taking requests, answer those in flight, close the connection. Idempotent; the layer's finalizer runs it. */
+  readonly stop: Effect.Effect<void>
+  /** Resolves when the connection closes: an Error if NATS closed it (auth revoked), undefined after `stop`. */
+  readonly closed: Effect.Effect<Error | undefined>
+}
+
+export class NatsServer extends Context.Service<NatsServer, NatsServerShape>()(
+  "quota-coordinator/NatsServer"
+) {}
+
+interface Endpoint {
+  readonly partition: number
+  readonly kind: SubjectKind
+  readonly stats: EndpointStats
+}
+
+interface ServedPartition {
+  readonly subscriptions: ReadonlyArray<Subscription>
+  readonly endpoints: ReadonlyArray<Endpoint>
+}
+
+/** A judged command, or `unavailable` when judging it hit a bug. */
+type Judgement = Judged | { readonly answer: Result; readonly ref: undefined }
+
+const serviceErrorHeaders = (code: number, reason: string) => {
+  const hdrs = headers()
+  hdrs.set("Nats-Service-Error-Code", String(code))
+  hdrs.set("Nats-Service-Error", headerSafe(reason))
+  return hdrs
+}
+
+/** A result as it goes on the wire: with the command's `ref` when it had a valid one. */
+export type WireResult = Result & { readonly ref?: string }
+
+const withRef = (result: Result, ref: string | undefined): WireResult =>
+  ref === undefined ? result : { ...result, ref }
+
+const connectNats = (options: NatsServerOptions) =>
+  Effect.tryPromise({
+    try: () =>
+      connect({
+        servers: options.servers.split(",").map((server) => server.trim()),
+        name: "quota-coordinator",
+        // Keep trying through outages: the client resubscribes on reconnect.
+        maxReconnectAttempts: -1
+      }),
+    catch: (cause) => new NatsConnectFailed({ servers: options.servers, reason: reasonOf(cause), cause })
+  })
+
+export const makeNatsServer = (
+  options: NatsServerOptions
+): Effect.Effect<
+  NatsServerShape,
+  NatsConnectFailed | NatsSubscribeFailed | PartitionOutOfRange,
+  Coordinator | Scope.Scope
+> =>
+  Effect.gen(function* () {
+    const coordinator = yield* Coordinator
+    const fibers = yield* FiberSet.make<ReadonlyArray<Result>>()
+    const runTracked = yield* FiberSet.runtime(fibers)<never>()
+    const nc = yield* Effect.acquireRelease(connectNats(options), (connection) =>
+      Effect.promise(() => connection.close().catch(() => undefined))
+    )
+    const { logger, prefix, partitions } = options
+    const queueGroup = options.queueGroup ?? "q"
+    const drainMs = options.drainMs ?? transportDrainMs
+    const served = new Map<number, ServedPartition>()
+    const inFlight = new InFlight()
+    const version = options.version ?? packageVersion()
+    const identity: ServiceIdentity = {
+      // A fresh id per instance, as nats.js services make it (a NUID).
+      id: nuid.next(),
+      version,
+      description: "Holds, usage limits and fairness slots, decided per user",
+      metadata: { prefix, partitions: String(partitions), version },
+      started: new Date().toISOString()
+    }
+    const endpoints = function* (): Generator<EndpointStats> {
+      for (const partition of [...served.keys()].sort((left, right) => left - right)) {
+        for (const endpoint of served.get(partition)?.endpoints ?? []) yield endpoint.stats
+      }
+    }
+
+    const respond = (msg: Msg, body: string, stats: EndpointStats, startedAt: number, error?: string) => {
+      const maxPayload = nc.info?.max_payload ?? Infinity
+      const bytes = Buffer.byteLength(body)
+      let sent: boolean
+      try {
+        if (bytes > maxPayload) {
+          // The commands were decided; the caller learns why it cannot read the answer, and a retry
+          // of the same ids (in smaller batches) says what stands.
+          error = `reply of ${bytes} bytes is larger than the server's max_payload ${maxPayload}; send smaller batches`
+          sent = msg.respond(Empty, { headers: serviceErrorHeaders(500, error) })
+          logger.error({ subject: msg.subject, bytes, maxPayload }, "reply too large")
+        } else {
+          sent = msg.respond(body)
+        }
+      } catch (cause) {
+        sent = false
+        logger.error({ subject: msg.subject, error: reasonOf(cause) }, "reply not sent")
+      }
+      if (!sent && msg.reply !== undefined && msg.reply !== "")
+        logger.warn({ subject: msg.subject }, "reply dropped")
+      stats.countRequest(startedAt, error)
+    }
+
+    const refuse = (msg: Msg, stats: EndpointStats, startedAt: number, reason: string) => {
+      logger.warn({ subject: msg.subject, reason }, "request refused")
+      try {
+        msg.respond(Empty, { headers: serviceErrorHeaders(400, reason) })
+      } catch (cause) {
+        logger.error({ subject: msg.subject, error: reasonOf(cause) }, "reply not sent")
+      }
+      stats.countRequest(startedAt, reason)
+    }
+
+    /** Decode and partition check, with a bug in them costing one command `unavailable`, not the message. */
+    const judgeSafely = (raw: unknown, endpoint: Endpoint): Judgement => {
+      try {
+        return judgeCommand(raw, endpoint.kind, endpoint.partition, partitions)
+      } catch (cause) {
+        logger.error({ error: reasonOf(cause) }, "decode defect")
+        return { answer: unavailable, ref: undefined }
+      }
+    }
+
+    const handleRequest = (msg: Msg, endpoint: Endpoint): void => {
+      const startedAt = performance.now()
+      const { stats } = endpoint
+      const body = parseBody(msg.data, options.messageBytesMax)
+      if (body.kind === "refused") return refuse(msg, stats, startedAt, body.reason)
+      const raws = body.kind === "single" ? [body.command] : body.commands
+      const results: Array<WireResult> = new Array<WireResult>(raws.length)
+      const submitted: Array<Command> = []
+      const submittedAt: Array<number> = []
+      const refs: Array<string | undefined> = new Array<string | undefined>(raws.length)
+      for (let index = 0; index < raws.length; index += 1) {
+        const judged = judgeSafely(raws[index], endpoint)
+        refs[index] = judged.ref
+        if ("answer" in judged) {
+          results[index] = withRef(judged.answer, judged.ref)
+          logRefusal(logger, msg.subject, judged.answer, judged.ref)
+        } else {
+          submitted.push(judged.submit)
+          submittedAt.push(index)
+        }
+      }
+      const reply = (error?: string) =>
+        respond(msg, JSON.stringify(body.kind === "single" ? results[0] : results), stats, startedAt, error)
+      if (submitted.length === 0) return reply()
+
+      inFlight.begin(endpoint.partition)
+      // Runs synchronously up to the first suspension: every command is in its mailbox when this returns.
+      const fiber = runTracked(coordinator.submitAll(submitted))
+      fiber.addObserver((exit) => {
+        let error: string | undefined
+        if (Exit.isFailure(exit)) {
+          error = Cause.hasInterruptsOnly(exit.cause) ? "interrupted" : "coordinator defect"
+          logger.error({ subject: msg.subject, cause: Cause.pretty(exit.cause) }, error)
+        }
+        const decided = Exit.isSuccess(exit) ? exit.value : []
+        for (let position = 0; position < submitted.length; position += 1) {
+          const index = submittedAt[position] as number
+          const command = submitted[position] as Command
+          const result = decided[position] ?? unavailable
+          results[index] = withRef(result, refs[index])
+          logDecision(logger, command, result, refs[index])
+        }
+        reply(error)
+        inFlight.end(endpoint.partition)
+      })
+    }
+
+    const subscribe = (subject: string, queue: string | undefined, callback: (msg: Msg) => void) => {
+      const subscription = nc.subscribe(subject, {
+        ...(queue === undefined ? {} : { queue }),
+        callback: (error, msg) => {
+          if (error !== null) logger.error({ subject, error: reasonOf(error) }, "subscription error")
+          else callback(msg)
+        }
+      })
+      void subscription.closed.then((closedBy) => {
+        if (closedBy instanceof Error)
+          logger.error({ subject, error: closedBy.message }, "subscription closed")
+      })
+      return subscription
+    }
+
+    const servePartitions = (requested: ReadonlyArray<number>) =>
+      Effect.gen(function* () {
+        const outOfRange = requested.find((p) => !Number.isInteger(p) || p < 0 || p >= partitions)
+        if (outOfRange !== undefined)
+          return yield* new PartitionOutOfRange({ partition: outOfRange, partitions })
+        const fresh = [...new Set(requested)].filter((partition) => !served.has(partition))
+        for (const partition of fresh) {
+          const partitionEndpoints = (["ops", "admin"] as const).map((kind): Endpoint => {
+            const subject = `${prefix}.v1.${partition}.${kind}`
+            return { partition, kind, stats: new EndpointStats(`${kind}-${partition}`, subject, queueGroup) }
+          })
+          const subscriptions = yield* Effect.try({
+            try: () =>
+              partitionEndpoints.map((endpoint) =>
+                subscribe(endpoint.stats.subject, queueGroup, (msg) => handleRequest(msg, endpoint))
+              ),
+            catch: (cause) =>
+              new NatsSubscribeFailed({
+                subject: `${prefix}.v1.${partition}.*`,
+                reason: reasonOf(cause),
+                cause
+              })
+          })
+          served.set(partition, { subscriptions, endpoints: partitionEndpoints })
+        }
+        // One round trip: once the server answers the flush's PING it has every SUB before it.
+        yield* Effect.tryPromise({
+          try: () => nc.flush(),
+          catch: (cause) =>
+            new NatsSubscribeFailed({ subject: `${prefix}.v1.*`, reason: reasonOf(cause), cause })
+        })
+        if (fresh.length > 0) logger.info({ partitions: fresh }, "serving partitions")
+      })
+
+    const drainQuietly = (subscription: Subscription) =>
+      subscription.isClosed() ? Promise.resolve() : subscription.drain().catch(() => undefined)
+
+    const stopPartitions = (requested: ReadonlyArray<number>) =>
+      Effect.promise(async () => {
+        const stopping = requested.filter((partition) => served.has(partition))
+        const subscriptions = stopping.flatMap((partition) => served.get(partition)?.subscriptions ?? [])
+        for (const partition of stopping) served.delete(partition)
+        // drain: the server stops sending, and messages already received are still handled.
+        await Promise.all(subscriptions.map(drainQuietly))
+        await inFlight.idle(stopping, drainMs)
+        if (stopping.length > 0) logger.info({ partitions: stopping }, "stopped serving partitions")
+      })
+
+    const answerDiscovery = (msg: Msg, verb: ServiceVerb): void => {
+      const body =
+        verb === "PING"
+          ? pingResponse(identity)
+          : verb === "INFO"
+            ? infoResponse(identity, endpoints())
+            : statsResponse(identity, endpoints())
+      try {
+        msg.respond(JSON.stringify(body))
+      } catch (cause) {
+        logger.error({ subject: msg.subject, error: reasonOf(cause) }, "discovery reply not sent")
+      }
+    }
+    for (const { verb, subject } of controlSubjects(identity.id)) {
+      yield* Effect.try({
+        try: () => subscribe(subject, undefined, (msg) => answerDiscovery(msg, verb)),
+        catch: (cause) => new NatsSubscribeFailed({ subject, reason: reasonOf(cause), cause })
+      })
+    }
+
+    let stopped: Promise<void> | undefined
+    const stopOnce = async (): Promise<void> => {
+      await Effect.runPromise(stopPartitions([...served.keys()]))
+      if (!inFlight.isIdle()) {
+        logger.warn({ inFlight: inFlight.total() }, "drain timed out; answering the rest unavailable")
+        // Interrupted fibers reach their observers, which answer `unavailable`.
+        await Effect.runPromise(FiberSet.clear(fibers))
+      }
+      await nc.drain().catch(() => undefined)
+      logger.info("nats transport stopped")
+    }
+    const stop = Effect.promise(() => (stopped ??= stopOnce()))
+
+    const closed = nc.closed().then((error) => (error instanceof Error ? error : undefined))
+    void closed.then((error) => {
+      if (error !== undefined) logger.error({ error: error.message }, "nats connection closed")
+    })
+    void (async () => {
+      for await (const status of nc.status()) {
+        if (status.type === "disconnect" || status.type === "reconnect" || status.type === "error") {
+          logger.warn(
+            { status: status.type, server: "server" in status ? status.server : undefined },
+            "nats status"
+          )
+        }
+      }
+    })()
+
+    yield* Effect.addFinalizer(() => stop)
+    yield* servePartitions(
+      options.initialPartitions ?? Array.from({ length: partitions }, (_, index) => index)
+    )
+    logger.info(
+      { prefix, partitions, serviceId: identity.id, version: identity.version },
+      "nats transport ready"
+    )
+
+    return {
+      servePartitions,
+      stopPartitions,
+      servedPartitions: () => [...served.keys()].sort((left, right) => left - right),
+      serviceId: identity.id,
+      stop,
+      closed: Effect.promise(() => closed)
+    }
+  })
+
+export const natsServerLayer = (
+  options: NatsServerOptions
+): Layer.Layer<NatsServer, NatsConnectFailed | NatsSubscribeFailed | PartitionOutOfRange, Coordinator> =>
+  Layer.effect(NatsServer, makeNatsServer(options))

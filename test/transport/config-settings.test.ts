@@ -1,0 +1,100 @@
+/** src/config/settings.ts: defaults, each variable's parsing, and a refusal naming the variable. */
+import { Effect } from "effect"
+import { describe, expect, it } from "vitest"
+import type { Environment } from "../../src/config/settings.js"
+import { parseDurationMs, readSettings } from "../../src/config/settings.js"
+
+const read = (env: Environment) => Effect.runPromise(readSettings(env))
+const refusal = (env: Environment) => Effect.runPromise(Effect.flip(readSettings(env)))
+
+describe("readSettings", () => {
+  it("applies the defaults to an empty environment", async () => {
+    expect(await read({})).toEqual({
+      natsUrl: "nats://127.0.0.1:4222",
+      databaseUrl: undefined,
+      configPath: undefined,
+      prefix: "quota",
+      partitions: 64,
+      dataDir: ".data",
+      logLevel: "info",
+      fairness: { enabled: true, slotOverrides: {}, snoozeBaseMs: 30_000, snoozeJitterMs: 10_000 }
+    })
+  })
+
+  it("reads every variable", async () => {
+    expect(
+      await read({
+        NATS_URL: "nats://a:4222,nats://b:4222",
+        DATABASE_URL: "postgres://x@y/z",
+        QUOTA_CONFIG: "/etc/quota.json",
+        QUOTA_PREFIX: "billing.quota",
+        QUOTA_PARTITIONS: "1024",
+        QUOTA_DATA_DIR: "/var/lib/q",
+        LOG_LEVEL: "DEBUG",
+        FAIRNESS_ENABLED: "false",
+        FAIRNESS_FREE_LIMIT: "2",
+        FAIRNESS_PRO_LIMIT: "0",
+        FAIRNESS_PRO_PLUS_LIMIT: "4",
+        FAIRNESS_ENTERPRISE_LIMIT: "10",
+        FAIRNESS_SNOOZE_DURATION: "2m",
+        FAIRNESS_SNOOZE_JITTER: "500ms"
+      })
+    ).toEqual({
+      natsUrl: "nats://a:4222,nats://b:4222",
+      databaseUrl: "postgres://x@y/z",
+      configPath: "/etc/quota.json",
+      prefix: "billing.quota",
+      partitions: 1024,
+      dataDir: "/var/lib/q",
+      logLevel: "debug",
+      fairness: {
+        enabled: false,
+        slotOverrides: { free: 2, pro: 0, pro_plus: 4, enterprise: 10 },
+        snoozeBaseMs: 120_000,
+        snoozeJitterMs: 500
+      }
+    })
+  })
+
+  it("treats an empty variable as unset", async () => {
+    expect((await read({ QUOTA_CONFIG: "", QUOTA_PARTITIONS: " " })).partitions).toBe(64)
+  })
+
+  it.each([
+    ["QUOTA_PARTITIONS", "0"],
+    ["QUOTA_PARTITIONS", "1025"],
+    ["QUOTA_PARTITIONS", "8.5"],
+    ["QUOTA_PARTITIONS", "lots"],
+    ["QUOTA_PREFIX", "quota.*"],
+    ["QUOTA_PREFIX", "a..b"],
+    ["QUOTA_PREFIX", "has space"],
+    ["LOG_LEVEL", "loud"],
+    ["FAIRNESS_ENABLED", "maybe"],
+    ["FAIRNESS_PRO_LIMIT", "-1"],
+    ["FAIRNESS_SNOOZE_DURATION", "30 parsecs"],
+    ["FAIRNESS_SNOOZE_JITTER", "-5s"],
+    ["FAIRNESS_SNOOZE_DURATION", "25h"]
+  ])("refuses %s=%s naming the variable", async (variable, value) => {
+    const error = await refusal({ [variable]: value })
+    expect(error._tag).toBe("SettingsInvalid")
+    expect(error.variable).toBe(variable)
+    expect(error.message.startsWith(`${variable}: `)).toBe(true)
+  })
+})
+
+describe("parseDurationMs", () => {
+  it.each([
+    ["30s", 30_000],
+    ["500ms", 500],
+    ["2m", 120_000],
+    ["1h", 3_600_000],
+    ["1500", 1_500],
+    ["0", 0]
+  ])("%s is %i ms", (text, ms) => {
+    expect(parseDurationMs(text)).toBe(ms)
+  })
+
+  it.each(["", "s", "1.5s", "-1s", "10d", "1e3"])("refuses %j", (text) => {
+    expect(parseDurationMs(text)).toBeUndefined()
+  })
+})
