@@ -70,3 +70,25 @@ export const sweepIntervalMs = 1_000
 
 /** Users one sweep run sends an expiry tick to; the rest wait for the next run. */
 export const sweepUsersPerRunMax = 1_000
+
+/** Partitions (`QUOTA_PARTITIONS`). A larger value refuses to start: each partition costs two subscriptions. */
+export const partitionsMax = 1_024
+
+/**
+ * How long stopping the NATS transport waits for requests in flight to be answered. Past it the rest
+ * are answered `unavailable` (nothing granted by that reply; a retry with the same id says what stands).
+ */
+export const transportDrainMs = 30_000
+
+/**
+ * How long the Postgres store waits for a connection from its pool. Past it the load or commit fails
+ * with `StoreUnavailable`: its callers answer `unavailable` instead of hanging on a dead server.
+ */
+export const storeConnectTimeoutMs = 5_000
+
+/**
+ * How long the Postgres store waits for one statement's answer (client side). Past it the statement
+ * fails, its transaction is rolled back or its connection dropped, and the callers (every waiter of a
+ * commit) get `StoreUnavailable`.
+ */
+export const storeQueryTimeoutMs = 10_000

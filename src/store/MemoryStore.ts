@@ -64,8 +64,12 @@ const rowsOf = (rows: Map<string, MemoryUserRows>, user: string): MemoryUserRows
   return userRows
 }
 
-const ledgerKey = (row: { operation: string; holdId: string | null; key: string }): string =>
-  `${row.operation}|${row.holdId ?? ""}|${row.key}`
+/**
+ * Unique within one retention window of `at`, as usage_ledger_applied_once in Postgres: an id the
+ * decisions forgot after the retry window may be applied again, always in a later window.
+ */
+const ledgerKey = (row: { operation: string; holdId: string | null; key: string; at: number }): string =>
+  `${row.operation}|${row.holdId ?? ""}|${row.key}|${Math.floor(row.at / idRetentionMs)}`
 
 export const makeMemoryStore = (options: MemoryStoreOptions = {}): MemoryStore => {
   const rows = new Map<string, MemoryUserRows>()
@@ -126,6 +130,8 @@ export const makeMemoryStore = (options: MemoryStoreOptions = {}): MemoryStore =
     const consumeKeys = new Map<string, Array<string>>()
     for (const entry of userRows.ledger) {
       if (entry.operation !== "consume" || entry.holdId === null) continue
+      // Only the current hold's keys: a hold id reused after retention starts with none.
+      if (entry.at < (userRows.holds.get(entry.holdId)?.createdAt ?? Infinity)) continue
       const keys = consumeKeys.get(entry.holdId) ?? []
       keys.push(entry.key)
       consumeKeys.set(entry.holdId, keys)

@@ -1,0 +1,265 @@
+/**
+ * The Store port over Postgres (`pg`). Loads are one statement each; writes go through one
+ * GroupCommit writer, so concurrent actors share transactions. Every `pg` failure becomes
+ * `StoreUnavailable` here, at the edge.
+ */
+import { Effect, Layer } from "effect"
+import type { Scope } from "effect"
+import pg from "pg"
+import type { StoreEvent } from "../../domain/events.js"
+import {
+  idRetentionMs,
+  storeConnectTimeoutMs,
+  storeEventsPerCommitMax,
+  storeQueryTimeoutMs
+} from "../../domain/limits.js"
+import type { GroupCommitStats } from "../GroupCommit.js"
+import { makeGroupCommit } from "../GroupCommit.js"
+import type { StoreShape } from "../Store.js"
+import { Store, StoreUnavailable } from "../Store.js"
+import type { InvalidSchemaName, SchemaTooNew, MigrationFilesInvalid, SettingsMismatch } from "./errors.js"
+import { checkSchemaName, storeUnavailable } from "./errors.js"
+import type { LoadUserRow } from "./loadUser.js"
+import { loadUserSql, storedUserFromRow } from "./loadUser.js"
+import { migrate } from "./migrate.js"
+import { ensureSettings } from "./settings.js"
+import { periodNoneSentinel, writeGroup, writeStatements } from "./writeEvents.js"
+
+/** The schema when configuration names none. */
+export const defaultSchema = "quota"
+
+export interface PostgresStoreOptions {
+  readonly pool: pg.Pool
+  /** Where the tables live (default `quota`); tests give each file its own. */
+  readonly schema?: string
+  /** The deployment's partition count: written into holds and slots. */
+  readonly partitions: number
+  /** Events per commit (default storeEventsPerCommitMax). */
+  readonly eventsPerCommitMax?: number
+}
+
+/** A (user, meter, period) whose running total differs from its ledger sum; reconcile wants none. */
+export interface UsageMismatch {
+  readonly user: string
+  readonly meter: string
+  readonly periodStart: number | null
+  /** usage_totals.used, null when there is no row. */
+  readonly totalUsed: number | null
+  /** Sum of the ledger's deltas, null when there are no rows. */
+  readonly ledgerSum: number | null
+}
+
+/** One meter of one user as the rows say: the latest period's used, and what pending holds reserve. */
+export interface StoredMeterState {
+  readonly user: string
+  readonly meter: string
+  readonly periodStart: number | null
+  readonly used: number
+  readonly reserved: number
+  readonly pendingHolds: number
+}
+
+export interface PostgresStore extends StoreShape {
+  /** Every (user, meter, period) where usage_totals differs from the ledger's sum. Empty when healthy. */
+  readonly reconcile: () => Effect.Effect<ReadonlyArray<UsageMismatch>, StoreUnavailable>
+  /** Per user and meter, computed in SQL from the rows: for tests that pair it with the actor's view. */
+  readonly meterStates: () => Effect.Effect<ReadonlyArray<StoredMeterState>, StoreUnavailable>
+  readonly commitStats: Effect.Effect<GroupCommitStats>
+}
+
+const queryStatements = (schema: string) => ({
+  load: loadUserSql(schema),
+  usersWithExpiries: `
+    select user_id from (
+      select user_id from "${schema}".holds where state = 'pending' and expires_at <= $1
+      union
+      select user_id from "${schema}".slots where lease_expires_at <= $1
+    ) as due
+    limit $2`,
+  reconcile: `
+    with ledger as (
+      select user_id, meter, period_start, sum(delta) as total
+      from "${schema}".usage_ledger group by user_id, meter, period_start
+    )
+    select user_id, meter, nullif(period_start, ${periodNoneSentinel}) as period_start,
+           totals.used::text as total_used, ledger.total::text as ledger_sum
+    from "${schema}".usage_totals as totals
+    full join ledger using (user_id, meter, period_start)
+    where coalesce(totals.used, 0) <> coalesce(ledger.total, 0)
+    order by user_id, meter, period_start`,
+  meterStates: `
+    with latest as (
+      select distinct on (user_id, meter) user_id, meter, period_start, used
+      from "${schema}".usage_totals order by user_id, meter, period_start desc
+    ), pending as (
+      select user_id, meter, sum(greatest(amount - consumed, 0)) as reserved, count(*) as holds
+      from "${schema}".holds where state = 'pending' group by user_id, meter
+    )
+    select user_id, meter, nullif(latest.period_start, ${periodNoneSentinel}) as period_start,
+           coalesce(latest.used, 0)::text as used, coalesce(pending.reserved, 0)::text as reserved,
+           coalesce(pending.holds, 0)::integer as pending_holds
+    from latest full join pending using (user_id, meter)
+    order by user_id, meter`
+})
+
+/** A bigint that `pg` returned as text, as a JS number; it must be exact. */
+const toSafeInteger = (text: string): number => {
+  const value = Number(text)
+  if (!Number.isSafeInteger(value)) throw new Error(`${text} is not a safe integer`)
+  return value
+}
+const toSafeIntegerOrNull = (text: string | null): number | null =>
+  text === null ? null : toSafeInteger(text)
+
+/** Builds the store over an existing pool; the writer fiber lives in the caller's scope. */
+export const makePostgresStore = (
+  options: PostgresStoreOptions
+): Effect.Effect<PostgresStore, InvalidSchemaName, Scope.Scope> =>
+  Effect.gen(function* () {
+    const { pool, partitions } = options
+    const schema = options.schema ?? defaultSchema
+    const invalidName = checkSchemaName(schema)
+    if (invalidName !== null) return yield* invalidName
+    const queries = queryStatements(schema)
+    const statements = writeStatements(schema)
+
+    const groupCommit = yield* makeGroupCommit<StoreEvent, StoreUnavailable>({
+      commit: (events) =>
+        Effect.tryPromise({
+          try: () => writeGroup(pool, statements, events, partitions),
+          catch: storeUnavailable(`commit ${events.length} events`)
+        }),
+      itemsPerCommitMax: options.eventsPerCommitMax ?? storeEventsPerCommitMax,
+      closed: () => new StoreUnavailable({ reason: "the store is shutting down" })
+    })
+
+    const store: PostgresStore = {
+      load: (user, now) =>
+        Effect.tryPromise({
+          try: async () => {
+            const result = await pool.query<LoadUserRow>(queries.load, [user, now - idRetentionMs])
+            return storedUserFromRow(result.rows[0]!)
+          },
+          catch: storeUnavailable(`load user ${JSON.stringify(user)}`)
+        }),
+      write: groupCommit.submit,
+      usersWithExpiries: (now, limit) =>
+        Effect.tryPromise({
+          try: async () => {
+            const result = await pool.query<{ user_id: string }>(queries.usersWithExpiries, [now, limit])
+            return result.rows.map((row) => row.user_id)
+          },
+          catch: storeUnavailable("find users with expiries")
+        }),
+      reconcile: () =>
+        Effect.tryPromise({
+          try: async () => {
+            const result = await pool.query<{
+              user_id: string
+              meter: string
+              period_start: string | null
+              total_used: string | null
+              ledger_sum: string | null
+            }>(queries.reconcile)
+            return result.rows.map((row): UsageMismatch => ({
+              user: row.user_id,
+              meter: row.meter,
+              periodStart: toSafeIntegerOrNull(row.period_start),
+              totalUsed: toSafeIntegerOrNull(row.total_used),
+              ledgerSum: toSafeIntegerOrNull(row.ledger_sum)
+            }))
+          },
+          catch: storeUnavailable("reconcile usage totals")
+        }),
+      meterStates: () =>
+        Effect.tryPromise({
+          try: async () => {
+            const result = await pool.query<{
+              user_id: string
+              meter: string
+              period_start: string | null
+              used: string
+              reserved: string
+              pending_holds: number
+            }>(queries.meterStates)
+            return result.rows.map((row): StoredMeterState => ({
+              user: row.user_id,
+              meter: row.meter,
+              periodStart: toSafeIntegerOrNull(row.period_start),
+              used: toSafeInteger(row.used),
+              reserved: toSafeInteger(row.reserved),
+              pendingHolds: row.pending_holds
+            }))
+          },
+          catch: storeUnavailable("read meter states")
+        }),
+      commitStats: groupCommit.stats
+    }
+    return store
+  })
+
+export interface PostgresStoreLayerOptions {
+  readonly connectionString: string
+  readonly schema?: string
+  /** The deployment's subject prefix, recorded with the data. */
+  readonly prefix: string
+  readonly partitions: number
+  /** Connections in the pool; 1 for the embedded database (PGlite is single-session). */
+  readonly poolMax?: number
+  readonly eventsPerCommitMax?: number
+}
+
+export type PostgresStoreLayerError =
+  StoreUnavailable | InvalidSchemaName | SchemaTooNew | MigrationFilesInvalid | SettingsMismatch
+
+/** Connections of the pool to a real server when configuration names no other number. */
+export const poolConnectionsDefault = 10
+
+/** The pool's settings: bounded waits, so a dead server fails calls instead of hanging them. */
+export const poolConfig = (
+  connectionString: string,
+  poolMax: number = poolConnectionsDefault
+): pg.PoolConfig => ({
+  connectionString,
+  max: poolMax,
+  connectionTimeoutMillis: storeConnectTimeoutMs,
+  query_timeout: storeQueryTimeoutMs
+})
+
+/** A pool that lives as long as the scope. */
+export const scopedPool = (config: pg.PoolConfig): Effect.Effect<pg.Pool, never, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.sync(() => {
+      const pool = new pg.Pool(config)
+      // An idle client that loses its connection emits 'error' on the pool, which would crash the
+      // process without a listener. The pool drops that client; the next query fails and is mapped.
+      pool.on("error", () => {})
+      return pool
+    }),
+    (pool) => Effect.promise(() => pool.end())
+  )
+
+/**
+ * The production wiring: a pool, the schema migrated, the settings checked, and the Store service.
+ * The pool closes with the layer, after the writer finished its last group.
+ */
+export const postgresStoreLayer = (
+  options: PostgresStoreLayerOptions
+): Layer.Layer<Store, PostgresStoreLayerError> =>
+  Layer.effect(
+    Store,
+    Effect.gen(function* () {
+      const schema = options.schema ?? defaultSchema
+      const pool = yield* scopedPool(poolConfig(options.connectionString, options.poolMax))
+      yield* migrate(pool, schema)
+      yield* ensureSettings(pool, schema, { prefix: options.prefix, partitions: options.partitions })
+      return yield* makePostgresStore({
+        pool,
+        schema,
+        partitions: options.partitions,
+        ...(options.eventsPerCommitMax === undefined
+          ? {}
+          : { eventsPerCommitMax: options.eventsPerCommitMax })
+      })
+    })
+  )

@@ -1,0 +1,75 @@
+/**
+ * Loading one user: everything its actor needs, in one statement and one round trip. Each part is a
+ * json_agg subselect; bigint values come back as JSON numbers, exact up to 2^53-1.
+ */
+import type { HoldRecord, StoredUser } from "../../domain/events.js"
+import { periodNoneSentinel } from "./writeEvents.js"
+
+/**
+ * $1 the user, $2 the retention cutoff (now - idRetentionMs): closed holds and adjust ids older than
+ * it are forgotten. Consume keys of a loaded hold come with it (those applied since the hold was
+ * created), found through usage_ledger_applied_once.
+ */
+export const loadUserSql = (schema: string): string => `
+  select
+    (select plan from "${schema}".user_plans where user_id = $1) as plan,
+    coalesce((
+      select json_agg(json_build_object('meter', meter, 'limit', limit_value))
+      from "${schema}".user_limits where user_id = $1
+    ), '[]'::json) as limit_overrides,
+    coalesce((
+      select json_agg(json_build_object(
+        'meter', latest.meter,
+        'periodStart', nullif(latest.period_start, ${periodNoneSentinel}),
+        'used', latest.used))
+      from (
+        select distinct on (meter) meter, period_start, used
+        from "${schema}".usage_totals where user_id = $1
+        order by meter, period_start desc
+      ) as latest
+    ), '[]'::json) as usage,
+    coalesce((
+      select json_agg(json_build_object(
+        'id', hold.id, 'meter', hold.meter, 'amount', hold.amount, 'consumed', hold.consumed,
+        'state', hold.state, 'expiresAt', hold.expires_at, 'createdAt', hold.created_at,
+        'closedAt', hold.closed_at,
+        'consumeKeys', coalesce((
+          select json_agg(entry.key)
+          from "${schema}".usage_ledger as entry
+          where entry.user_id = $1 and entry.operation = 'consume'
+            and coalesce(entry.hold_id, '') = hold.id
+            -- Only this incarnation's keys: a hold id reused after retention starts with none.
+            and entry.at >= hold.created_at
+        ), '[]'::json)))
+      from "${schema}".holds as hold
+      where hold.user_id = $1 and (hold.state = 'pending' or hold.closed_at >= $2)
+    ), '[]'::json) as holds,
+    coalesce((
+      select json_agg(json_build_object('id', key, 'meter', meter, 'amount', requested, 'at', at) order by at)
+      from "${schema}".usage_ledger
+      where user_id = $1 and operation = 'adjust' and at >= $2
+    ), '[]'::json) as adjustments,
+    coalesce((
+      select json_agg(json_build_object('job', job, 'leaseExpiresAt', lease_expires_at))
+      from "${schema}".slots where user_id = $1
+    ), '[]'::json) as slots
+`
+
+/** The row of loadUserSql as `pg` parses it (json columns are parsed to values). */
+export interface LoadUserRow {
+  readonly plan: string | null
+  readonly limit_overrides: ReadonlyArray<{ meter: string; limit: number }>
+  readonly usage: ReadonlyArray<{ meter: string; periodStart: number | null; used: number }>
+  readonly holds: ReadonlyArray<HoldRecord & { consumeKeys: ReadonlyArray<string> }>
+  readonly adjustments: ReadonlyArray<{ id: string; meter: string; amount: number; at: number }>
+  readonly slots: ReadonlyArray<{ job: string; leaseExpiresAt: number }>
+}
+
+export const storedUserFromRow = (row: LoadUserRow): StoredUser => ({
+  plan: row.plan,
+  limitOverrides: row.limit_overrides,
+  usage: row.usage,
+  holds: row.holds,
+  adjustments: row.adjustments,
+  slots: row.slots
+})

@@ -1,0 +1,226 @@
+/**
+ * Writes one group of store events in one transaction, with one statement per table and kind of
+ * change, each taking its rows as arrays (`unnest`). Events are images of rows, applied in order: a
+ * row that appears several times in the group is collapsed to its last image first, because one
+ * `insert ... on conflict do update` may not touch the same row twice.
+ */
+import type pg from "pg"
+import type { HoldRecord, LedgerOperation, StoreEvent } from "../../domain/events.js"
+import { partitionOf } from "../../domain/partition.js"
+
+/** The domain's null period (a meter with period `none`) as stored; see migrations/0001_initial.sql. */
+export const periodNoneSentinel = -1
+
+/**
+ * The bucket of usage_ledger_applied_once (migrations/0001_initial.sql): a ledger key is unique within
+ * one bucket of `at`. It must not exceed idRetentionMs, or a key reused after the retry window (which
+ * the decisions allow) could land in the same bucket and be refused forever.
+ */
+export const ledgerKeyBucketMs = 604_800_000
+
+export const storedPeriodStart = (periodStart: number | null): number => periodStart ?? periodNoneSentinel
+
+/** What one group changes, per table, after collapsing repeated rows to their last image. */
+export interface CollapsedGroup {
+  readonly holds: ReadonlyArray<{ readonly user: string; readonly hold: HoldRecord }>
+  readonly ledger: ReadonlyArray<Extract<StoreEvent, { kind: "ledger" }>>
+  readonly usage: ReadonlyArray<Extract<StoreEvent, { kind: "usage" }>>
+  readonly slotsSet: ReadonlyArray<{
+    readonly user: string
+    readonly job: string
+    readonly leaseExpiresAt: number
+  }>
+  readonly slotsFreed: ReadonlyArray<{ readonly user: string; readonly job: string }>
+  readonly plans: ReadonlyArray<{ readonly user: string; readonly plan: string }>
+  readonly limitsSet: ReadonlyArray<{ readonly user: string; readonly meter: string; readonly limit: number }>
+  readonly limitsRemoved: ReadonlyArray<{ readonly user: string; readonly meter: string }>
+}
+
+/** A map key for (user, x) that no two different pairs share: the user's length comes first. */
+const pairKey = (user: string, other: string): string => `${user.length}:${user}${other}`
+
+/** Collapses a group to its last image per row. Ledger rows are appended as they are: never collapsed. */
+export const collapseEvents = (events: ReadonlyArray<StoreEvent>): CollapsedGroup => {
+  const holds = new Map<string, { user: string; hold: HoldRecord }>()
+  const ledger: Array<Extract<StoreEvent, { kind: "ledger" }>> = []
+  const usage = new Map<string, Extract<StoreEvent, { kind: "usage" }>>()
+  const slots = new Map<string, Extract<StoreEvent, { kind: "slot" | "slot_freed" }>>()
+  const plans = new Map<string, { user: string; plan: string }>()
+  const limits = new Map<string, Extract<StoreEvent, { kind: "limit" }>>()
+  for (const event of events) {
+    switch (event.kind) {
+      case "hold":
+        holds.set(pairKey(event.user, event.hold.id), { user: event.user, hold: event.hold })
+        break
+      case "ledger":
+        ledger.push(event)
+        break
+      case "usage":
+        usage.set(pairKey(event.user, `${event.meter}|${storedPeriodStart(event.periodStart)}`), event)
+        break
+      case "slot":
+      case "slot_freed":
+        slots.set(pairKey(event.user, event.job), event)
+        break
+      case "plan":
+        plans.set(event.user, { user: event.user, plan: event.plan })
+        break
+      case "limit":
+        limits.set(pairKey(event.user, event.meter), event)
+        break
+    }
+  }
+  const slotEvents = [...slots.values()]
+  const limitEvents = [...limits.values()]
+  return {
+    holds: [...holds.values()],
+    ledger,
+    usage: [...usage.values()],
+    slotsSet: slotEvents.flatMap((event) => (event.kind === "slot" ? [event] : [])),
+    slotsFreed: slotEvents.flatMap((event) => (event.kind === "slot_freed" ? [event] : [])),
+    plans: [...plans.values()],
+    limitsSet: limitEvents.flatMap((event) =>
+      event.limit === null ? [] : [{ user: event.user, meter: event.meter, limit: event.limit }]
+    ),
+    limitsRemoved: limitEvents.flatMap((event) => (event.limit === null ? [event] : []))
+  }
+}
+
+/** The statements of a group, for one schema; built once per store. */
+export const writeStatements = (schema: string) => ({
+  upsertHolds: `
+    insert into "${schema}".holds
+      (user_id, id, meter, amount, consumed, state, expires_at, created_at, closed_at, partition)
+    select * from unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::text[],
+                         $7::bigint[], $8::bigint[], $9::bigint[], $10::integer[])
+    on conflict (user_id, id) do update set
+      meter = excluded.meter, amount = excluded.amount, consumed = excluded.consumed,
+      state = excluded.state, expires_at = excluded.expires_at, created_at = excluded.created_at,
+      closed_at = excluded.closed_at`,
+  // A plain insert: a second row for the same (user, operation, hold, key) in one ledgerKeyBucketMs
+  // violates usage_ledger_applied_once and fails the whole group rather than count usage twice.
+  appendLedger: `
+    insert into "${schema}".usage_ledger
+      (user_id, meter, period_start, operation, hold_id, key, requested, delta, at)
+    select * from unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[],
+                         $7::bigint[], $8::bigint[], $9::bigint[])`,
+  upsertUsage: `
+    insert into "${schema}".usage_totals (user_id, meter, period_start, used)
+    select * from unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[])
+    on conflict (user_id, meter, period_start) do update set used = excluded.used`,
+  upsertSlots: `
+    insert into "${schema}".slots (user_id, job, lease_expires_at, partition)
+    select * from unnest($1::text[], $2::text[], $3::bigint[], $4::integer[])
+    on conflict (user_id, job) do update set lease_expires_at = excluded.lease_expires_at`,
+  deleteSlots: `
+    delete from "${schema}".slots as slot
+    using unnest($1::text[], $2::text[]) as freed(user_id, job)
+    where slot.user_id = freed.user_id and slot.job = freed.job`,
+  upsertPlans: `
+    insert into "${schema}".user_plans (user_id, plan)
+    select * from unnest($1::text[], $2::text[])
+    on conflict (user_id) do update set plan = excluded.plan`,
+  upsertLimits: `
+    insert into "${schema}".user_limits (user_id, meter, limit_value)
+    select * from unnest($1::text[], $2::text[], $3::bigint[])
+    on conflict (user_id, meter) do update set limit_value = excluded.limit_value`,
+  deleteLimits: `
+    delete from "${schema}".user_limits as user_limit
+    using unnest($1::text[], $2::text[]) as removed(user_id, meter)
+    where user_limit.user_id = removed.user_id and user_limit.meter = removed.meter`
+})
+
+export type WriteStatements = ReturnType<typeof writeStatements>
+
+/** The statements (text and array parameters) that apply a collapsed group, skipping empty tables. */
+export const groupQueries = (
+  statements: WriteStatements,
+  group: CollapsedGroup,
+  partitions: number
+): ReadonlyArray<{ readonly text: string; readonly values: ReadonlyArray<unknown> }> => {
+  const queries: Array<{ text: string; values: ReadonlyArray<unknown> }> = []
+  const add = (text: string, rowCount: number, values: ReadonlyArray<unknown>): void => {
+    if (rowCount > 0) queries.push({ text, values })
+  }
+  const { holds, ledger, usage, slotsSet, slotsFreed, plans, limitsSet, limitsRemoved } = group
+  add(statements.upsertHolds, holds.length, [
+    holds.map((row) => row.user),
+    holds.map((row) => row.hold.id),
+    holds.map((row) => row.hold.meter),
+    holds.map((row) => row.hold.amount),
+    holds.map((row) => row.hold.consumed),
+    holds.map((row) => row.hold.state),
+    holds.map((row) => row.hold.expiresAt),
+    holds.map((row) => row.hold.createdAt),
+    holds.map((row) => row.hold.closedAt),
+    holds.map((row) => partitionOf(row.user, partitions))
+  ])
+  add(statements.appendLedger, ledger.length, [
+    ledger.map((row) => row.user),
+    ledger.map((row) => row.meter),
+    ledger.map((row) => storedPeriodStart(row.periodStart)),
+    ledger.map((row): LedgerOperation => row.operation),
+    ledger.map((row) => row.holdId),
+    ledger.map((row) => row.key),
+    ledger.map((row) => row.requested),
+    ledger.map((row) => row.delta),
+    ledger.map((row) => row.at)
+  ])
+  add(statements.upsertUsage, usage.length, [
+    usage.map((row) => row.user),
+    usage.map((row) => row.meter),
+    usage.map((row) => storedPeriodStart(row.periodStart)),
+    usage.map((row) => row.used)
+  ])
+  add(statements.upsertSlots, slotsSet.length, [
+    slotsSet.map((row) => row.user),
+    slotsSet.map((row) => row.job),
+    slotsSet.map((row) => row.leaseExpiresAt),
+    slotsSet.map((row) => partitionOf(row.user, partitions))
+  ])
+  add(statements.deleteSlots, slotsFreed.length, [
+    slotsFreed.map((row) => row.user),
+    slotsFreed.map((row) => row.job)
+  ])
+  add(statements.upsertPlans, plans.length, [plans.map((row) => row.user), plans.map((row) => row.plan)])
+  add(statements.upsertLimits, limitsSet.length, [
+    limitsSet.map((row) => row.user),
+    limitsSet.map((row) => row.meter),
+    limitsSet.map((row) => row.limit)
+  ])
+  add(statements.deleteLimits, limitsRemoved.length, [
+    limitsRemoved.map((row) => row.user),
+    limitsRemoved.map((row) => row.meter)
+  ])
+  return queries
+}
+
+/**
+ * Runs the group's statements between BEGIN and COMMIT on one client. Any failure rolls back the
+ * whole group; a client whose rollback failed is destroyed instead of returned to the pool.
+ */
+export const writeGroup = async (
+  pool: pg.Pool,
+  statements: WriteStatements,
+  events: ReadonlyArray<StoreEvent>,
+  partitions: number
+): Promise<void> => {
+  const queries = groupQueries(statements, collapseEvents(events), partitions)
+  if (queries.length === 0) return
+  const client = await pool.connect()
+  let broken: Error | undefined
+  try {
+    await client.query("begin")
+    for (const query of queries) await client.query(query.text, [...query.values])
+    const committed = await client.query("commit")
+    // Postgres answers COMMIT of an aborted transaction with ROLLBACK instead of an error.
+    if (committed.command !== "COMMIT") throw new Error(`commit answered ${committed.command}`)
+  } catch (cause) {
+    await client.query("rollback").catch((rollbackError: Error) => {
+      broken = rollbackError
+    })
+    throw cause
+  } finally {
+    client.release(broken)
+  }
+}

@@ -1,0 +1,150 @@
+import { mkdtemp, writeFile } from "node:fs/promises"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { pathToFileURL } from "node:url"
+import { Effect } from "effect"
+import { afterAll, describe, expect, it } from "vitest"
+import { idRetentionMs } from "../../src/domain/limits.js"
+import { migrate, readMigrations } from "../../src/store/postgres/migrate.js"
+import { ensureSettings } from "../../src/store/postgres/settings.js"
+import { ledgerKeyBucketMs } from "../../src/store/postgres/writeEvents.js"
+import { createTestSchema } from "../support/database.js"
+
+const database = createTestSchema("migrate")
+afterAll(() => database.drop())
+
+const tablesOf = async (schema: string): Promise<Array<string>> => {
+  const result = await database
+    .pool()
+    .query<{ table_name: string }>(
+      "select table_name from information_schema.tables where table_schema = $1 order by table_name",
+      [schema]
+    )
+  return result.rows.map((row) => row.table_name)
+}
+
+describe("migrate", () => {
+  it("creates every table on an empty schema, and does nothing the second time", async () => {
+    const pool = database.pool()
+    const first = await Effect.runPromise(migrate(pool, database.schema))
+    expect(first).toEqual({ applied: [1], version: 1 })
+    expect(await tablesOf(database.schema)).toEqual([
+      "holds",
+      "partition_owners",
+      "schema_migrations",
+      "settings",
+      "slots",
+      "usage_ledger",
+      "usage_totals",
+      "user_limits",
+      "user_plans"
+    ])
+    const second = await Effect.runPromise(migrate(pool, database.schema))
+    expect(second).toEqual({ applied: [], version: 1 })
+  })
+
+  it("applies each migration once when two processes migrate at the same time", async () => {
+    const schema = database.freshSchema("concurrent")
+    const pools = [database.pool({ max: 2 }), database.pool({ max: 2 }), database.pool({ max: 2 })]
+    const reports = await Promise.all(pools.map((pool) => Effect.runPromise(migrate(pool, schema))))
+    expect(reports.flatMap((report) => report.applied)).toEqual([1])
+    expect(reports.map((report) => report.version)).toEqual([1, 1, 1])
+    const rows = await pools[0]!.query(`select version from "${schema}".schema_migrations`)
+    expect(rows.rows).toEqual([{ version: 1 }])
+  })
+
+  it("buckets the ledger's unique key by at most the retention window, as the index says", async () => {
+    // A bucket longer than the retention would refuse a key the decisions may reuse after forgetting it.
+    expect(ledgerKeyBucketMs).toBeLessThanOrEqual(idRetentionMs)
+    const [initial] = await Effect.runPromise(readMigrations())
+    expect(initial!.sql).toContain(`key, (at / ${ledgerKeyBucketMs}))`)
+  })
+
+  it("refuses a schema migrated by a newer release, naming both versions", async () => {
+    const schema = database.freshSchema("newer")
+    const pool = database.pool()
+    await Effect.runPromise(migrate(pool, schema))
+    await pool.query(
+      `insert into "${schema}".schema_migrations (version, name) values (2, '0002_future.sql')`
+    )
+    const error = await Effect.runPromise(Effect.flip(migrate(pool, schema)))
+    expect(error._tag).toBe("SchemaTooNew")
+    expect(error).toMatchObject({ schema, databaseVersion: 2, codeVersion: 1 })
+    expect(error.message).toContain("migration 2")
+  })
+
+  it("refuses a schema name that is not a plain identifier", async () => {
+    const error = await Effect.runPromise(Effect.flip(migrate(database.pool(), 'quota"; drop table x; --')))
+    expect(error._tag).toBe("InvalidSchemaName")
+  })
+
+  it("refuses migration files with a gap in their numbers", async () => {
+    const directory = await mkdtemp(join(tmpdir(), "migrations-"))
+    await writeFile(join(directory, "0001_a.sql"), "select 1")
+    await writeFile(join(directory, "0003_c.sql"), "select 1")
+    const error = await Effect.runPromise(Effect.flip(readMigrations(pathToFileURL(`${directory}/`))))
+    expect(error._tag).toBe("MigrationFilesInvalid")
+    expect(error.reason).toContain("expected migration 2")
+  })
+
+  it("rolls a failing migration back entirely", async () => {
+    const schema = database.freshSchema("failing")
+    const pool = database.pool()
+    const migrations = [
+      { version: 1, name: "0001_ok.sql", sql: "create table a (x int)" },
+      { version: 2, name: "0002_bad.sql", sql: "create table b (x int); select 1 / 0" }
+    ]
+    const error = await Effect.runPromise(Effect.flip(migrate(pool, schema, migrations)))
+    expect(error._tag).toBe("StoreUnavailable")
+    expect(await tablesOf(schema)).toEqual(["a", "schema_migrations"])
+    const versions = await pool.query(`select version from "${schema}".schema_migrations`)
+    expect(versions.rows).toEqual([{ version: 1 }])
+  })
+})
+
+describe("ensureSettings", () => {
+  it("records the settings once and refuses another partition count or prefix", async () => {
+    const schema = database.freshSchema("settings")
+    const pool = database.pool()
+    await Effect.runPromise(migrate(pool, schema))
+    const recorded = await Effect.runPromise(
+      ensureSettings(pool, schema, { prefix: "quota", partitions: 64 })
+    )
+    expect(recorded).toEqual({ prefix: "quota", partitions: 64 })
+    const again = await Effect.runPromise(ensureSettings(pool, schema, { prefix: "quota", partitions: 64 }))
+    expect(again).toEqual({ prefix: "quota", partitions: 64 })
+
+    const partitions = await Effect.runPromise(
+      Effect.flip(ensureSettings(pool, schema, { prefix: "quota", partitions: 32 }))
+    )
+    expect(partitions).toMatchObject({
+      _tag: "SettingsMismatch",
+      setting: "partitions",
+      stored: 64,
+      configured: 32
+    })
+    expect(partitions.message).toContain("partitions")
+
+    const prefix = await Effect.runPromise(
+      Effect.flip(ensureSettings(pool, schema, { prefix: "other", partitions: 64 }))
+    )
+    expect(prefix).toMatchObject({ _tag: "SettingsMismatch", setting: "prefix", stored: "quota" })
+  })
+
+  it("agrees on one row when several coordinators start at once on a fresh database", async () => {
+    const schema = database.freshSchema("settings_race")
+    const pools = [database.pool(), database.pool(), database.pool()]
+    await Effect.runPromise(migrate(pools[0]!, schema))
+    const results = await Promise.all(
+      pools.map((pool, index) =>
+        Effect.runPromise(
+          Effect.result(ensureSettings(pool, schema, { prefix: "quota", partitions: 8 + index }))
+        )
+      )
+    )
+    const succeeded = results.filter((result) => result._tag === "Success")
+    expect(succeeded).toHaveLength(1)
+    const rows = await pools[0]!.query(`select partitions from "${schema}".settings`)
+    expect(rows.rows).toHaveLength(1)
+  })
+})
