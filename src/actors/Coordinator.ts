@@ -5,14 +5,17 @@
 import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Queue, Random, Scope } from "effect"
 import type { Command } from "../domain/commands.js"
 import type { Config } from "../domain/config.js"
+import type { StoreEvent } from "../domain/events.js"
 import {
   actorDecisionsPerWriteMax,
   actorIdleMs,
   mailboxCapacity,
+  partitionsDefault,
   residentActorsMax,
   sweepIntervalMs,
   sweepUsersPerRunMax
 } from "../domain/limits.js"
+import { partitionOf } from "../domain/partition.js"
 import type { Result } from "../domain/results.js"
 import { overloaded } from "../domain/results.js"
 import { decideSystemJob } from "../domain/slots.js"
@@ -36,6 +39,11 @@ export interface CoordinatorShape {
   readonly residentActors: () => number
   /** Test hook for "crash": interrupts every actor and forgets all memory; the next command reloads from the store. */
   readonly dropAllActors: Effect.Effect<void>
+  /**
+   * Stops the actors of users in `partitions` (a partition handed off or lost): each is interrupted,
+   * whatever it had queued answers `unavailable`, and the partition's next owner loads from the store.
+   */
+  readonly dropPartitions: (partitions: ReadonlyArray<number>) => Effect.Effect<void>
 }
 
 export class Coordinator extends Context.Service<Coordinator, CoordinatorShape>()(
@@ -53,6 +61,11 @@ export interface CoordinatorOptions {
   /** Run the orphan sweep every this many ms; 0 turns the periodic sweep off (tests call sweepOnce). */
   readonly sweepIntervalMs?: number
   readonly onError?: (user: string, message: string, cause: unknown) => void
+  readonly onPersisted?: (events: ReadonlyArray<StoreEvent>) => void
+  /** The deployment's partition count; needed by dropPartitions. Default partitionsDefault. */
+  readonly partitions?: number
+  /** Partitions this process owns, for the orphan sweep; undefined sweeps every user (one process). */
+  readonly ownedPartitions?: () => ReadonlyArray<number> | undefined
 }
 
 interface ResidentActor {
@@ -81,6 +94,7 @@ export const makeCoordinator = (
       idleMs: options.actorIdleMs ?? actorIdleMs,
       assertFull: options.assertFull ?? false,
       onError: options.onError ?? (() => {}),
+      onPersisted: options.onPersisted ?? (() => {}),
       onClose: (actor) => {
         if (actors.get(actor.user)?.actor === actor) actors.delete(actor.user)
       }
@@ -137,20 +151,34 @@ export const makeCoordinator = (
 
     const sweepOnce = Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
-      const users = yield* Effect.orElseSucceed(store.usersWithExpiries(now, sweepUsersPerRunMax), () => [])
+      const owned = options.ownedPartitions?.()
+      if (owned !== undefined && owned.length === 0) return 0
+      const users = yield* Effect.orElseSucceed(
+        store.usersWithExpiries(now, sweepUsersPerRunMax, owned),
+        () => []
+      )
       const replies = users.map((user) => enqueue({ op: "tick", user }))
       yield* Effect.forEach(replies, Deferred.await, { discard: true })
       return users.length
     })
 
-    const dropAllActors = Effect.gen(function* () {
-      const residents = [...actors.values()]
-      actors.clear()
-      for (const resident of residents) resident.actor.closed = true
-      yield* Fiber.interruptAll(
-        residents.flatMap((resident) => (resident.fiber === undefined ? [] : [resident.fiber]))
-      )
-    })
+    const dropWhere = (drop: (user: string) => boolean) =>
+      Effect.gen(function* () {
+        const residents = [...actors.values()].filter((resident) => drop(resident.actor.user))
+        for (const resident of residents) {
+          actors.delete(resident.actor.user)
+          resident.actor.closed = true
+        }
+        yield* Fiber.interruptAll(
+          residents.flatMap((resident) => (resident.fiber === undefined ? [] : [resident.fiber]))
+        )
+      })
+    const dropAllActors = dropWhere(() => true)
+    const partitionCount = options.partitions ?? partitionsDefault
+    const dropPartitions = (partitions: ReadonlyArray<number>) => {
+      const dropped = new Set(partitions)
+      return dropWhere((user) => dropped.has(partitionOf(user, partitionCount)))
+    }
 
     yield* Effect.addFinalizer(() => dropAllActors)
 
@@ -169,7 +197,8 @@ export const makeCoordinator = (
       enqueue,
       sweepOnce,
       residentActors: () => actors.size,
-      dropAllActors
+      dropAllActors,
+      dropPartitions
     }
   })
 

@@ -34,6 +34,8 @@ export interface ActorSettings {
   /** Recount every aggregate after each decision (tests). */
   readonly assertFull: boolean
   readonly onError: (user: string, message: string, cause: unknown) => void
+  /** Called with each group's events once the store confirmed them (logs of expiries, metrics). */
+  readonly onPersisted: (events: ReadonlyArray<StoreEvent>) => void
   /** Called once, synchronously, when the actor stops taking commands (idle, load failure). */
   readonly onClose: (actor: UserActor) => void
 }
@@ -198,8 +200,10 @@ const actorLoop = (actor: UserActor, settings: ActorSettings): Effect.Effect<voi
         confirmed = decided.value
       } else {
         const written = yield* Effect.exit(settings.store.write(decided.value.events))
-        if (Exit.isSuccess(written)) confirmed = decided.value
-        else settings.onError(actor.user, "write failed", Cause.squash(written.cause))
+        if (Exit.isSuccess(written)) {
+          confirmed = decided.value
+          settings.onPersisted(confirmed.events)
+        } else settings.onError(actor.user, "write failed", Cause.squash(written.cause))
       }
 
       if (confirmed === undefined) {

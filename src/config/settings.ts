@@ -4,7 +4,12 @@
  * name; an empty variable counts as unset (`QUOTA_CONFIG=` in a compose file means "no file").
  */
 import { Data, Effect } from "effect"
-import { partitionsMax } from "../domain/limits.js"
+import {
+  partitionLeaseMsDefault,
+  partitionLeaseMsMax,
+  partitionLeaseMsMin,
+  partitionsMax
+} from "../domain/limits.js"
 
 export type Environment = Readonly<Record<string, string | undefined>>
 
@@ -33,6 +38,8 @@ export interface Settings {
   readonly dataDir: string
   readonly logLevel: LogLevel
   readonly fairness: FairnessSettings
+  /** `QUOTA_LEASE_MS`: how long a partition's owner holds it without renewing (scaling out). */
+  readonly partitionLeaseMs: number
 }
 
 /** A setting that cannot be used; `variable` names the environment variable. */
@@ -171,6 +178,13 @@ export const readSettings = (env: Environment): Effect.Effect<Settings, Settings
     const slotOverrides = yield* readSlotOverrides(env)
     const snoozeBaseMs = yield* readDuration(env, "FAIRNESS_SNOOZE_DURATION", settingsDefaults.snoozeBaseMs)
     const snoozeJitterMs = yield* readDuration(env, "FAIRNESS_SNOOZE_JITTER", settingsDefaults.snoozeJitterMs)
+    const partitionLeaseMs = yield* readInteger(
+      env,
+      "QUOTA_LEASE_MS",
+      partitionLeaseMsMin,
+      partitionLeaseMsMax,
+      partitionLeaseMsDefault
+    )
     return {
       natsUrl,
       databaseUrl: valueOf(env, "DATABASE_URL"),
@@ -179,6 +193,7 @@ export const readSettings = (env: Environment): Effect.Effect<Settings, Settings
       partitions: partitions ?? settingsDefaults.partitions,
       dataDir: valueOf(env, "QUOTA_DATA_DIR") ?? settingsDefaults.dataDir,
       logLevel,
-      fairness: { enabled, slotOverrides, snoozeBaseMs, snoozeJitterMs }
+      fairness: { enabled, slotOverrides, snoozeBaseMs, snoozeJitterMs },
+      partitionLeaseMs: partitionLeaseMs ?? partitionLeaseMsDefault
     }
   })

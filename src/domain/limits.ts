@@ -92,3 +92,36 @@ export const storeConnectTimeoutMs = 5_000
  * commit) get `StoreUnavailable`.
  */
 export const storeQueryTimeoutMs = 10_000
+
+/** Partitions when QUOTA_PARTITIONS is unset (PROTOCOL.md). */
+export const partitionsDefault = 64
+
+/**
+ * Client (src/client): how long one request message waits for its reply before the attempt counts as
+ * a timeout and is retried (same ids). An `acquire_slot` that waits in the queue gets its `waitMs` on top.
+ */
+export const clientRequestTimeoutMs = 5_000
+
+/**
+ * Client: attempts per command, the first included, for `unavailable`, `overloaded`, no responders and
+ * timeouts. Past it the call fails with `QuotaRetriesExhausted`.
+ */
+export const clientRetryAttemptsMax = 5
+
+/** Client: backoff before the first retry; it doubles per attempt, with jitter, up to the maximum below. */
+export const clientRetryBaseDelayMs = 50
+
+/** Client: the longest backoff between two attempts of one command. Doubling stops here. */
+export const clientRetryDelayMsMax = 2_000
+
+/**
+ * A partition owner's lease (`QUOTA_LEASE_MS`). A process that does not renew within it (killed,
+ * paused, cut off) loses its partitions to the others; its writes are fenced by epoch, not by this time.
+ * Renewed every third of it. Outside the bounds the coordinator refuses to start.
+ */
+export const partitionLeaseMsDefault = 6_000
+export const partitionLeaseMsMin = 1_000
+export const partitionLeaseMsMax = 600_000
+
+/** Connections of the pool that heartbeats and renews partition leases, apart from the store's. */
+export const ownershipPoolConnections = 2

@@ -17,10 +17,14 @@ export interface StoreShape {
   readonly load: (user: string, now: number) => Effect.Effect<StoredUser, StoreUnavailable>
   /** Makes `events` durable, applied in order. Succeeds only after the commit. */
   readonly write: (events: ReadonlyArray<StoreEvent>) => Effect.Effect<void, StoreUnavailable>
-  /** Users with a pending hold or a slot lease due at or before `now`, at most `limit` of them (the orphan sweep). */
+  /**
+   * Users with a pending hold or a slot lease due at or before `now`, at most `limit` of them (the
+   * orphan sweep); only of `partitions` when given (a process sweeps the partitions it owns).
+   */
   readonly usersWithExpiries: (
     now: number,
-    limit: number
+    limit: number,
+    partitions?: ReadonlyArray<number>
   ) => Effect.Effect<ReadonlyArray<string>, StoreUnavailable>
 }
 

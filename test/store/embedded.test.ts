@@ -71,8 +71,8 @@ describe("embedded Postgres (PGlite)", () => {
   it("migrates, checks settings, writes through group commit and loads, then survives a restart", async () => {
     const pool = new pg.Pool({ connectionString: embedded.connectionString, max: embedded.poolMax })
     pool.on("error", () => {})
-    expect(await Effect.runPromise(migrate(pool, "quota"))).toEqual({ applied: [1], version: 1 })
-    expect(await Effect.runPromise(migrate(pool, "quota"))).toEqual({ applied: [], version: 1 })
+    expect(await Effect.runPromise(migrate(pool, "quota"))).toEqual({ applied: [1, 2], version: 2 })
+    expect(await Effect.runPromise(migrate(pool, "quota"))).toEqual({ applied: [], version: 2 })
     await Effect.runPromise(ensureSettings(pool, "quota", { prefix: "quota", partitions: 64 }))
     const opened = await acquireScoped(makePostgresStore({ pool, schema: "quota", partitions: 64 }))
     const store = opened.value
@@ -95,7 +95,7 @@ describe("embedded Postgres (PGlite)", () => {
     embedded = await Effect.runPromise(startEmbeddedPostgres({ dataDirectory: join(dataDirectory, "db") }))
     const reopened = new pg.Pool({ connectionString: embedded.connectionString, max: embedded.poolMax })
     reopened.on("error", () => {})
-    expect(await Effect.runPromise(migrate(reopened, "quota"))).toEqual({ applied: [], version: 1 })
+    expect(await Effect.runPromise(migrate(reopened, "quota"))).toEqual({ applied: [], version: 2 })
     const refused = await Effect.runPromise(
       Effect.flip(ensureSettings(reopened, "quota", { prefix: "quota", partitions: 32 }))
     )

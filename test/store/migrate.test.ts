@@ -27,9 +27,10 @@ describe("migrate", () => {
   it("creates every table on an empty schema, and does nothing the second time", async () => {
     const pool = database.pool()
     const first = await Effect.runPromise(migrate(pool, database.schema))
-    expect(first).toEqual({ applied: [1], version: 1 })
+    expect(first).toEqual({ applied: [1, 2], version: 2 })
     expect(await tablesOf(database.schema)).toEqual([
       "holds",
+      "members",
       "partition_owners",
       "schema_migrations",
       "settings",
@@ -40,17 +41,17 @@ describe("migrate", () => {
       "user_plans"
     ])
     const second = await Effect.runPromise(migrate(pool, database.schema))
-    expect(second).toEqual({ applied: [], version: 1 })
+    expect(second).toEqual({ applied: [], version: 2 })
   })
 
   it("applies each migration once when two processes migrate at the same time", async () => {
     const schema = database.freshSchema("concurrent")
     const pools = [database.pool({ max: 2 }), database.pool({ max: 2 }), database.pool({ max: 2 })]
     const reports = await Promise.all(pools.map((pool) => Effect.runPromise(migrate(pool, schema))))
-    expect(reports.flatMap((report) => report.applied)).toEqual([1])
-    expect(reports.map((report) => report.version)).toEqual([1, 1, 1])
-    const rows = await pools[0]!.query(`select version from "${schema}".schema_migrations`)
-    expect(rows.rows).toEqual([{ version: 1 }])
+    expect(reports.flatMap((report) => report.applied).sort()).toEqual([1, 2])
+    expect(reports.map((report) => report.version)).toEqual([2, 2, 2])
+    const rows = await pools[0]!.query(`select version from "${schema}".schema_migrations order by version`)
+    expect(rows.rows).toEqual([{ version: 1 }, { version: 2 }])
   })
 
   it("buckets the ledger's unique key by at most the retention window, as the index says", async () => {
@@ -65,12 +66,12 @@ describe("migrate", () => {
     const pool = database.pool()
     await Effect.runPromise(migrate(pool, schema))
     await pool.query(
-      `insert into "${schema}".schema_migrations (version, name) values (2, '0002_future.sql')`
+      `insert into "${schema}".schema_migrations (version, name) values (99, '0099_future.sql')`
     )
     const error = await Effect.runPromise(Effect.flip(migrate(pool, schema)))
     expect(error._tag).toBe("SchemaTooNew")
-    expect(error).toMatchObject({ schema, databaseVersion: 2, codeVersion: 1 })
-    expect(error.message).toContain("migration 2")
+    expect(error).toMatchObject({ schema, databaseVersion: 99, codeVersion: 2 })
+    expect(error.message).toContain("migration 99")
   })
 
   it("refuses a schema name that is not a plain identifier", async () => {

@@ -173,6 +173,7 @@ describe("when the coordinator cannot decide", () => {
       enqueue: () => Deferred.makeUnsafe(),
       sweepOnce: Effect.succeed(0),
       residentActors: () => 0,
+      dropPartitions: () => Effect.void,
       dropAllActors: Effect.void
     })
     const harness = await startHarness({ label: "defect", coordinatorLayer: dying })

@@ -13,6 +13,7 @@ import {
   storeEventsPerCommitMax,
   storeQueryTimeoutMs
 } from "../../domain/limits.js"
+import type { Fence } from "../Fence.js"
 import type { GroupCommitStats } from "../GroupCommit.js"
 import { makeGroupCommit } from "../GroupCommit.js"
 import type { StoreShape } from "../Store.js"
@@ -36,6 +37,8 @@ export interface PostgresStoreOptions {
   readonly partitions: number
   /** Events per commit (default storeEventsPerCommitMax). */
   readonly eventsPerCommitMax?: number
+  /** Scaled out: every write checks this process still owns its partitions (see Fence.ts). */
+  readonly fence?: Fence
 }
 
 /** A (user, meter, period) whose running total differs from its ledger sum; reconcile wants none. */
@@ -74,6 +77,14 @@ const queryStatements = (schema: string) => ({
       select user_id from "${schema}".holds where state = 'pending' and expires_at <= $1
       union
       select user_id from "${schema}".slots where lease_expires_at <= $1
+    ) as due
+    limit $2`,
+  usersWithExpiriesInPartitions: `
+    select user_id from (
+      select user_id from "${schema}".holds
+      where state = 'pending' and partition = any($3::integer[]) and expires_at <= $1
+      union
+      select user_id from "${schema}".slots where partition = any($3::integer[]) and lease_expires_at <= $1
     ) as due
     limit $2`,
   reconcile: `
@@ -126,7 +137,7 @@ export const makePostgresStore = (
     const groupCommit = yield* makeGroupCommit<StoreEvent, StoreUnavailable>({
       commit: (events) =>
         Effect.tryPromise({
-          try: () => writeGroup(pool, statements, events, partitions),
+          try: () => writeGroup(pool, statements, events, partitions, options.fence),
           catch: storeUnavailable(`commit ${events.length} events`)
         }),
       itemsPerCommitMax: options.eventsPerCommitMax ?? storeEventsPerCommitMax,
@@ -143,10 +154,17 @@ export const makePostgresStore = (
           catch: storeUnavailable(`load user ${JSON.stringify(user)}`)
         }),
       write: groupCommit.submit,
-      usersWithExpiries: (now, limit) =>
+      usersWithExpiries: (now, limit, inPartitions) =>
         Effect.tryPromise({
           try: async () => {
-            const result = await pool.query<{ user_id: string }>(queries.usersWithExpiries, [now, limit])
+            const result =
+              inPartitions === undefined
+                ? await pool.query<{ user_id: string }>(queries.usersWithExpiries, [now, limit])
+                : await pool.query<{ user_id: string }>(queries.usersWithExpiriesInPartitions, [
+                    now,
+                    limit,
+                    inPartitions
+                  ])
             return result.rows.map((row) => row.user_id)
           },
           catch: storeUnavailable("find users with expiries")
@@ -207,6 +225,8 @@ export interface PostgresStoreLayerOptions {
   /** Connections in the pool; 1 for the embedded database (PGlite is single-session). */
   readonly poolMax?: number
   readonly eventsPerCommitMax?: number
+  /** Scaled out: the fence every write checks (see Fence.ts). */
+  readonly fence?: Fence
 }
 
 export type PostgresStoreLayerError =
@@ -257,6 +277,7 @@ export const postgresStoreLayer = (
         pool,
         schema,
         partitions: options.partitions,
+        ...(options.fence === undefined ? {} : { fence: options.fence }),
         ...(options.eventsPerCommitMax === undefined
           ? {}
           : { eventsPerCommitMax: options.eventsPerCommitMax })

@@ -7,6 +7,8 @@
 import type pg from "pg"
 import type { HoldRecord, LedgerOperation, StoreEvent } from "../../domain/events.js"
 import { partitionOf } from "../../domain/partition.js"
+import type { Fence } from "../Fence.js"
+import { PartitionsFenced } from "../Fence.js"
 
 /** The domain's null period (a meter with period `none`) as stored; see migrations/0001_initial.sql. */
 export const periodNoneSentinel = -1
@@ -88,6 +90,13 @@ export const collapseEvents = (events: ReadonlyArray<StoreEvent>): CollapsedGrou
 
 /** The statements of a group, for one schema; built once per store. */
 export const writeStatements = (schema: string) => ({
+  checkFence: `
+    select owner_row.partition
+    from "${schema}".partition_owners as owner_row
+    join unnest($1::integer[], $2::bigint[]) as held (partition, epoch)
+      on owner_row.partition = held.partition and owner_row.epoch = held.epoch
+    where owner_row.owner = $3
+    for share of owner_row`,
   upsertHolds: `
     insert into "${schema}".holds
       (user_id, id, meter, amount, consumed, state, expires_at, created_at, closed_at, partition)
@@ -131,6 +140,19 @@ export const writeStatements = (schema: string) => ({
 })
 
 export type WriteStatements = ReturnType<typeof writeStatements>
+
+/** The partitions a group writes, with the epochs this process holds them under; throws if one is not held. */
+const fenceOf = (
+  fence: Fence,
+  events: ReadonlyArray<StoreEvent>,
+  partitions: number
+): { partitions: Array<number>; epochs: Array<number> } => {
+  const touched = [...new Set(events.map((event) => partitionOf(event.user, partitions)))]
+  const epochs = touched.map((partition) => fence.epochOf(partition))
+  const notHeld = touched.filter((_, index) => epochs[index] === undefined)
+  if (notHeld.length > 0) throw new PartitionsFenced(notHeld)
+  return { partitions: touched, epochs: epochs as Array<number> }
+}
 
 /** The statements (text and array parameters) that apply a collapsed group, skipping empty tables. */
 export const groupQueries = (
@@ -203,14 +225,31 @@ export const writeGroup = async (
   pool: pg.Pool,
   statements: WriteStatements,
   events: ReadonlyArray<StoreEvent>,
-  partitions: number
+  partitions: number,
+  fence?: Fence
 ): Promise<void> => {
   const queries = groupQueries(statements, collapseEvents(events), partitions)
   if (queries.length === 0) return
+  const fenced = fence === undefined ? undefined : fenceOf(fence, events, partitions)
   const client = await pool.connect()
   let broken: Error | undefined
   try {
     await client.query("begin")
+    if (fence !== undefined && fenced !== undefined) {
+      // FOR SHARE holds the owner rows until COMMIT: a claim (an UPDATE of the row) waits for this
+      // transaction, so every write of the old epoch lands before the new owner loads, and none after.
+      const current = await client.query<{ partition: number }>(statements.checkFence, [
+        fenced.partitions,
+        fenced.epochs,
+        fence.owner
+      ])
+      if (current.rows.length !== fenced.partitions.length) {
+        const owned = new Set(current.rows.map((row) => row.partition))
+        const lost = fenced.partitions.filter((partition) => !owned.has(partition))
+        fence.superseded(lost)
+        throw new PartitionsFenced(lost)
+      }
+    }
     for (const query of queries) await client.query(query.text, [...query.values])
     const committed = await client.query("commit")
     // Postgres answers COMMIT of an aborted transaction with ROLLBACK instead of an error.

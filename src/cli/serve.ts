@@ -1,0 +1,203 @@
+/**
+ * `serve` and `migrate`: the coordinator's wiring from environment settings to running layers.
+ * Store: Postgres at DATABASE_URL, or an embedded PGlite under QUOTA_DATA_DIR for development.
+ */
+import { join } from "node:path"
+import { Context, Effect, Layer } from "effect"
+import type { Scope } from "effect"
+import type { CoordinatorShape } from "../actors/Coordinator.js"
+import { Coordinator, coordinatorLayer } from "../actors/Coordinator.js"
+import type { OwnershipOptions, OwnershipState } from "../cluster/PartitionOwnership.js"
+import { leaveOwnership, makeOwnershipState, runOwnership } from "../cluster/PartitionOwnership.js"
+import type { Fence } from "../store/Fence.js"
+import { makeOwnershipQueries } from "../store/postgres/ownership.js"
+import { loadConfig } from "../config/configFile.js"
+import type { Settings } from "../config/settings.js"
+import { readSettings } from "../config/settings.js"
+import type { Config } from "../domain/config.js"
+import type { StoreEvent } from "../domain/events.js"
+import { startEmbeddedPostgres } from "../store/embedded.js"
+import { migrate } from "../store/postgres/migrate.js"
+import { poolConfig, postgresStoreLayer, scopedPool } from "../store/postgres/PostgresStore.js"
+import { ensureSettings } from "../store/postgres/settings.js"
+import type { Store } from "../store/Store.js"
+import type { Logger } from "../transport/log.js"
+import { logExpiry, makeLogger } from "../transport/log.js"
+import type { NatsServerShape } from "../transport/NatsServer.js"
+import { NatsServer, natsServerLayer, natsServerOptions } from "../transport/NatsServer.js"
+import { ownershipPoolConnections } from "../domain/limits.js"
+
+export interface DatabaseTarget {
+  readonly connectionString: string
+  readonly poolMax: number | undefined
+  readonly embedded: boolean
+}
+
+/** DATABASE_URL, or an embedded PGlite started for the life of the scope. */
+export const databaseTarget = (settings: Settings, logger: Logger) =>
+  Effect.gen(function* () {
+    if (settings.databaseUrl !== undefined) {
+      return {
+        connectionString: settings.databaseUrl,
+        poolMax: undefined,
+        embedded: false
+      } satisfies DatabaseTarget
+    }
+    const dataDirectory = join(settings.dataDir, "pglite")
+    const embedded = yield* Effect.acquireRelease(startEmbeddedPostgres({ dataDirectory }), (database) =>
+      Effect.promise(() => database.close())
+    )
+    logger.warn(
+      { dataDirectory: embedded.dataDirectory },
+      "DATABASE_URL is not set: using an embedded PGlite database, for development only (one session, no replication)"
+    )
+    return {
+      connectionString: embedded.connectionString,
+      poolMax: embedded.poolMax,
+      embedded: true
+    } satisfies DatabaseTarget
+  })
+
+export const storeLayerFor = (settings: Settings, target: DatabaseTarget, fence?: Fence) =>
+  postgresStoreLayer({
+    connectionString: target.connectionString,
+    prefix: settings.prefix,
+    partitions: settings.partitions,
+    ...(target.poolMax === undefined ? {} : { poolMax: target.poolMax }),
+    ...(fence === undefined ? {} : { fence })
+  })
+
+/** Logs what the actors persisted that no request answered: expiries. */
+const logPersisted = (logger: Logger) => (events: ReadonlyArray<StoreEvent>) => {
+  for (const event of events) {
+    if (event.kind === "hold" && event.hold.state === "expired") {
+      logExpiry(logger, { user: event.user, id: event.hold.id, meter: event.hold.meter })
+    } else if (event.kind === "slot_freed" && event.reason === "expired") {
+      logExpiry(logger, { user: event.user, job: event.job })
+    }
+  }
+}
+
+export const coordinatorLayerFor = (
+  config: Config,
+  logger: Logger,
+  partitions: number,
+  ownership: OwnershipState | undefined
+) =>
+  coordinatorLayer({
+    config,
+    partitions,
+    ...(ownership === undefined ? {} : { ownedPartitions: () => [...ownership.epochs.keys()] }),
+    onError: (user, message, cause) => logger.error({ user, err: cause }, message),
+    onPersisted: logPersisted(logger)
+  })
+
+export const loadSettingsAndConfig = (env: NodeJS.ProcessEnv) =>
+  Effect.gen(function* () {
+    const settings = yield* readSettings(env)
+    const config = yield* loadConfig(settings.configPath, settings.fairness)
+    return { settings, config }
+  })
+
+/**
+ * Everything `serve` runs, until the scope closes; the NATS server layer drains on close. With
+ * `ownership` the process serves only the partitions it claims (scaling out); without, all of them.
+ */
+export const serveLayers = (
+  settings: Settings,
+  config: Config,
+  logger: Logger,
+  target: DatabaseTarget,
+  ownership: OwnershipState | undefined
+) => {
+  const store: Layer.Layer<Store, unknown> = storeLayerFor(settings, target, ownership?.fence)
+  const coordinator = coordinatorLayerFor(config, logger, settings.partitions, ownership).pipe(
+    Layer.provide(store)
+  )
+  const server = natsServerLayer({
+    ...natsServerOptions(settings, logger),
+    ...(ownership === undefined ? {} : { initialPartitions: [] })
+  })
+  return server.pipe(Layer.provideMerge(coordinator))
+}
+
+/** Claims this process's share of partitions and keeps it, in the background of the scope. */
+const startOwnership = (
+  settings: Settings,
+  target: DatabaseTarget,
+  ownership: OwnershipState,
+  server: NatsServerShape,
+  coordinator: CoordinatorShape,
+  logger: Logger
+) =>
+  Effect.gen(function* () {
+    const pool = yield* scopedPool(poolConfig(target.connectionString, ownershipPoolConnections))
+    const options: OwnershipOptions = {
+      state: ownership,
+      queries: makeOwnershipQueries(pool, "quota"),
+      partitions: settings.partitions,
+      leaseMs: settings.partitionLeaseMs,
+      renewIntervalMs: Math.max(1, Math.floor(settings.partitionLeaseMs / 3)),
+      serve: (partitions) => server.servePartitions(partitions),
+      stop: (partitions) =>
+        Effect.andThen(server.stopPartitions(partitions), coordinator.dropPartitions(partitions)),
+      log: (message, fields) => logger.info({ owner: ownership.owner, ...fields }, message)
+    }
+    yield* Effect.forkScoped(runOwnership(options))
+    return options
+  })
+
+/** Serves until `stopped` completes, then drains: stop taking messages, answer in-flight, flush, close. */
+export const serve = (
+  env: NodeJS.ProcessEnv,
+  stopped: Effect.Effect<void>
+): Effect.Effect<void, unknown, Scope.Scope> =>
+  Effect.gen(function* () {
+    const { settings, config } = yield* loadSettingsAndConfig(env)
+    const logger = makeLogger(settings.logLevel)
+    const target = yield* databaseTarget(settings, logger)
+    // The embedded database is one process's by definition: it serves every partition, unfenced.
+    const ownership = target.embedded ? undefined : makeOwnershipState()
+    const context = yield* Layer.build(serveLayers(settings, config, logger, target, ownership))
+    const server = Context.get(context, NatsServer)
+    const coordinator = Context.get(context, Coordinator)
+    const owning =
+      ownership === undefined
+        ? undefined
+        : yield* startOwnership(settings, target, ownership, server, coordinator, logger)
+    logger.info(
+      {
+        prefix: settings.prefix,
+        partitions: settings.partitions,
+        nats: settings.natsUrl,
+        database: target.embedded ? "embedded" : "DATABASE_URL",
+        serviceId: server.serviceId,
+        owner: ownership?.owner ?? "all partitions (embedded database)"
+      },
+      "serving"
+    )
+    yield* Effect.raceFirst(
+      stopped,
+      Effect.flatMap(server.closed, (error) =>
+        error === undefined
+          ? Effect.void
+          : Effect.fail(new Error(`NATS closed the connection: ${error.message}`))
+      )
+    )
+    logger.info("stopping: draining requests in flight and flushing the store")
+    if (owning !== undefined) yield* leaveOwnership(owning)
+  })
+
+/** `migrate`: apply the schema and record the deployment's settings, then exit. */
+export const migrateOnly = (
+  env: NodeJS.ProcessEnv
+): Effect.Effect<{ applied: ReadonlyArray<number>; version: number }, unknown, Scope.Scope> =>
+  Effect.gen(function* () {
+    const { settings } = yield* loadSettingsAndConfig(env)
+    const logger = makeLogger(settings.logLevel)
+    const target = yield* databaseTarget(settings, logger)
+    const pool = yield* scopedPool(poolConfig(target.connectionString, target.poolMax))
+    const report = yield* migrate(pool, "quota")
+    yield* ensureSettings(pool, "quota", { prefix: settings.prefix, partitions: settings.partitions })
+    return report
+  })

@@ -1,0 +1,142 @@
+/**
+ * Scaling out: processes sharing one NATS and one Postgres split the P partitions between them.
+ *
+ * Each round (every `renewIntervalMs`) a process heartbeats, reads the live members, and computes its
+ * fair share (partition p belongs to the member at index p mod n of the sorted live members). It renews
+ * the leases it holds (any it lost are stepped down from), hands off partitions no longer its share
+ * (stop taking their messages, answer what is in flight, drop their actors, release the lease), and
+ * claims its share's partitions whose lease ran out or was released.
+ *
+ * Leases only decide who should serve. Safety comes from the epoch: a claim bumps it, and every write
+ * batch checks its epochs in the same transaction (src/store/postgres/writeEvents.ts), so a process
+ * that paused past its lease fails its writes and grants nothing. See docs/SCALING.md.
+ */
+import { hostname } from "node:os"
+import { randomUUID } from "node:crypto"
+import { Effect, Exit, Cause } from "effect"
+import type { Fence } from "../store/Fence.js"
+import type { OwnershipQueries } from "../store/postgres/ownership.js"
+
+export interface OwnershipState {
+  readonly owner: string
+  /** partition -> epoch this process holds it under. */
+  readonly epochs: Map<number, number>
+  /** Partitions a write found superseded: stepped down from at the next round. */
+  readonly superseded: Set<number>
+  readonly fence: Fence
+}
+
+export const makeOwnerId = (): string => `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`
+
+export const makeOwnershipState = (owner: string = makeOwnerId()): OwnershipState => {
+  const epochs = new Map<number, number>()
+  const superseded = new Set<number>()
+  return {
+    owner,
+    epochs,
+    superseded,
+    fence: {
+      owner,
+      epochOf: (partition) => epochs.get(partition),
+      superseded: (partitions) => {
+        // Stop writing them at once; the round stops serving them.
+        for (const partition of partitions) {
+          epochs.delete(partition)
+          superseded.add(partition)
+        }
+      }
+    }
+  }
+}
+
+export interface OwnershipOptions {
+  readonly state: OwnershipState
+  readonly queries: OwnershipQueries
+  readonly partitions: number
+  readonly leaseMs: number
+  readonly renewIntervalMs: number
+  /** Start taking the partitions' messages (subscribe). */
+  readonly serve: (partitions: ReadonlyArray<number>) => Effect.Effect<void, unknown>
+  /** Stop taking their messages, answer those in flight, drop their actors. */
+  readonly stop: (partitions: ReadonlyArray<number>) => Effect.Effect<void>
+  readonly log: (message: string, fields: Record<string, unknown>) => void
+}
+
+/** The partitions of a fair share: index p mod n among the sorted live members. */
+export const fairShare = (
+  owner: string,
+  members: ReadonlyArray<string>,
+  partitions: number
+): Array<number> => {
+  const sorted = [...new Set([...members, owner])].sort()
+  const index = sorted.indexOf(owner)
+  const share: Array<number> = []
+  for (let partition = index; partition < partitions; partition += sorted.length) share.push(partition)
+  return share
+}
+
+const stepDown = (options: OwnershipOptions, partitions: ReadonlyArray<number>, reason: string) =>
+  Effect.gen(function* () {
+    if (partitions.length === 0) return
+    for (const partition of partitions) options.state.epochs.delete(partition)
+    yield* options.stop(partitions)
+    options.log("stepped down from partitions", { partitions, reason })
+  })
+
+/** One round of heartbeat, renew, hand-off and claim. */
+export const ownershipRound = (options: OwnershipOptions) =>
+  Effect.gen(function* () {
+    const { state, queries, leaseMs } = options
+    const superseded = [...state.superseded]
+    state.superseded.clear()
+    yield* stepDown(options, superseded, "a write found the epoch superseded")
+
+    yield* queries.heartbeat(state.owner, false)
+    const members = yield* queries.liveMembers(leaseMs)
+    const share = new Set(fairShare(state.owner, members, options.partitions))
+
+    const kept = yield* queries.renew(state.owner, state.epochs, leaseMs)
+    yield* stepDown(
+      options,
+      [...state.epochs.keys()].filter((partition) => !kept.has(partition)),
+      "the lease was taken over"
+    )
+
+    const handOff = new Map([...state.epochs].filter(([partition]) => !share.has(partition)))
+    if (handOff.size > 0) {
+      yield* stepDown(options, [...handOff.keys()], "rebalancing to another member")
+      yield* queries.release(state.owner, handOff)
+    }
+
+    const wanted = [...share].filter((partition) => !state.epochs.has(partition))
+    const claimed = yield* queries.claim(state.owner, wanted, leaseMs)
+    if (claimed.size > 0) {
+      for (const [partition, epoch] of claimed) state.epochs.set(partition, epoch)
+      const partitions = [...claimed.keys()].sort((left, right) => left - right)
+      yield* options.serve(partitions)
+      options.log("claimed partitions", { partitions, members: members.length })
+    }
+  })
+
+/** Runs rounds until interrupted; a failed round (Postgres away) is logged and retried next round. */
+export const runOwnership = (options: OwnershipOptions): Effect.Effect<never> =>
+  Effect.forever(
+    Effect.gen(function* () {
+      const round = yield* Effect.exit(ownershipRound(options))
+      if (Exit.isFailure(round)) {
+        options.log("ownership round failed", { error: String(Cause.squash(round.cause)) })
+      }
+      yield* Effect.sleep(options.renewIntervalMs)
+    })
+  )
+
+/** Graceful leave: mark leaving, hand every partition off cleanly, release the leases, forget the member. */
+export const leaveOwnership = (options: OwnershipOptions) =>
+  Effect.gen(function* () {
+    const { state, queries } = options
+    yield* Effect.exit(queries.heartbeat(state.owner, true))
+    const held = new Map(state.epochs)
+    yield* stepDown(options, [...held.keys()], "leaving")
+    yield* Effect.exit(queries.release(state.owner, held))
+    yield* Effect.exit(queries.forgetMember(state.owner))
+  })

@@ -1,0 +1,128 @@
+/**
+ * Partition ownership in Postgres: members' heartbeats and per-partition owner epochs. Leases are
+ * judged by the database's clock, so processes' clocks may drift; safety does not rest on them
+ * anyway: every write checks its epoch (writeEvents.ts `checkFence`).
+ */
+import type pg from "pg"
+import { Effect } from "effect"
+import type { StoreUnavailable } from "../Store.js"
+import { storeUnavailable } from "./errors.js"
+
+const databaseNowMs = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
+
+export const ownershipStatements = (schema: string) => ({
+  heartbeat: `
+    insert into "${schema}".members (owner, heartbeat_at, leaving)
+    values ($1, ${databaseNowMs}, $2)
+    on conflict (owner) do update set heartbeat_at = excluded.heartbeat_at, leaving = excluded.leaving`,
+  liveMembers: `
+    select owner from "${schema}".members
+    where not leaving and heartbeat_at > ${databaseNowMs} - $1
+    order by owner`,
+  forgetMember: `delete from "${schema}".members where owner = $1`,
+  // Takes partitions whose lease ran out (or were released); each claim bumps the epoch, which fences
+  // every write of the previous owner that has not committed yet.
+  claim: `
+    insert into "${schema}".partition_owners (partition, owner, epoch, lease_expires_at)
+    select partition, $2, 1, ${databaseNowMs} + $3 from unnest($1::integer[]) as wanted (partition)
+    on conflict (partition) do update set
+      owner = excluded.owner,
+      epoch = partition_owners.epoch + 1,
+      lease_expires_at = excluded.lease_expires_at
+    where partition_owners.lease_expires_at < ${databaseNowMs}
+    returning partition, epoch::text as epoch`,
+  renew: `
+    update "${schema}".partition_owners as owner_row
+    set lease_expires_at = ${databaseNowMs} + $4
+    from unnest($2::integer[], $3::bigint[]) as held (partition, epoch)
+    where owner_row.partition = held.partition and owner_row.epoch = held.epoch and owner_row.owner = $1
+    returning owner_row.partition`,
+  release: `
+    update "${schema}".partition_owners as owner_row
+    set lease_expires_at = 0
+    from unnest($2::integer[], $3::bigint[]) as held (partition, epoch)
+    where owner_row.partition = held.partition and owner_row.epoch = held.epoch and owner_row.owner = $1`
+})
+
+export type OwnershipStatements = ReturnType<typeof ownershipStatements>
+
+export interface OwnershipQueries {
+  readonly heartbeat: (owner: string, leaving: boolean) => Effect.Effect<void, StoreUnavailable>
+  readonly liveMembers: (leaseMs: number) => Effect.Effect<ReadonlyArray<string>, StoreUnavailable>
+  readonly forgetMember: (owner: string) => Effect.Effect<void, StoreUnavailable>
+  /** Returns the partitions actually claimed, with their new epochs. */
+  readonly claim: (
+    owner: string,
+    partitions: ReadonlyArray<number>,
+    leaseMs: number
+  ) => Effect.Effect<ReadonlyMap<number, number>, StoreUnavailable>
+  /** Returns the partitions still held (the rest were taken over). */
+  readonly renew: (
+    owner: string,
+    held: ReadonlyMap<number, number>,
+    leaseMs: number
+  ) => Effect.Effect<ReadonlySet<number>, StoreUnavailable>
+  readonly release: (
+    owner: string,
+    held: ReadonlyMap<number, number>
+  ) => Effect.Effect<void, StoreUnavailable>
+}
+
+export const makeOwnershipQueries = (pool: pg.Pool, schema: string): OwnershipQueries => {
+  const statements = ownershipStatements(schema)
+  return {
+    heartbeat: (owner, leaving) =>
+      Effect.tryPromise({
+        try: () => pool.query(statements.heartbeat, [owner, leaving]).then(() => undefined),
+        catch: storeUnavailable("heartbeat")
+      }),
+    liveMembers: (leaseMs) =>
+      Effect.tryPromise({
+        try: async () =>
+          (await pool.query<{ owner: string }>(statements.liveMembers, [leaseMs])).rows.map(
+            (row) => row.owner
+          ),
+        catch: storeUnavailable("list live members")
+      }),
+    forgetMember: (owner) =>
+      Effect.tryPromise({
+        try: () => pool.query(statements.forgetMember, [owner]).then(() => undefined),
+        catch: storeUnavailable("forget member")
+      }),
+    claim: (owner, partitions, leaseMs) =>
+      Effect.tryPromise({
+        try: async () => {
+          if (partitions.length === 0) return new Map<number, number>()
+          const result = await pool.query<{ partition: number; epoch: string }>(statements.claim, [
+            [...partitions],
+            owner,
+            leaseMs
+          ])
+          return new Map(result.rows.map((row) => [row.partition, Number(row.epoch)]))
+        },
+        catch: storeUnavailable("claim partitions")
+      }),
+    renew: (owner, held, leaseMs) =>
+      Effect.tryPromise({
+        try: async () => {
+          if (held.size === 0) return new Set<number>()
+          const result = await pool.query<{ partition: number }>(statements.renew, [
+            owner,
+            [...held.keys()],
+            [...held.values()],
+            leaseMs
+          ])
+          return new Set(result.rows.map((row) => row.partition))
+        },
+        catch: storeUnavailable("renew partition leases")
+      }),
+    release: (owner, held) =>
+      Effect.tryPromise({
+        try: async () => {
+          if (held.size === 0) return
+          await pool.query(statements.release, [owner, [...held.keys()], [...held.values()]])
+        },
+        catch: storeUnavailable("release partitions")
+      })
+  }
+}
