@@ -1,0 +1,240 @@
+/**
+ * The client of quota-coordinator: one typed method per PROTOCOL.md operation, in a Promise flavour
+ * (the methods) and an Effect flavour (`client.effect`). Commands are routed to their user's
+ * partition, coalesced into batch messages and retried when the protocol says a retry is safe (see
+ * CommandDispatcher). Helpers `withHold` and `withSlot` run work under a hold or in a slot.
+ */
+import { connect } from "@nats-io/transport-node"
+import type { NatsConnection } from "@nats-io/transport-node"
+import { Effect } from "effect"
+import { partitionOf } from "../domain/partition.js"
+import type { Result } from "../domain/results.js"
+import type { ClientCounters } from "./CommandDispatcher.js"
+import { CommandDispatcher } from "./CommandDispatcher.js"
+import type { QuotaClientError } from "./errors.js"
+import { QuotaClientClosed, QuotaRetriesExhausted, QuotaServiceError, QuotaTransportError } from "./errors.js"
+import type { QuotaClientOptions, ResolvedOptions } from "./options.js"
+import { resolveOptions } from "./options.js"
+import type {
+  AcquireSlotInput,
+  AdjustCommandResult,
+  AdjustInput,
+  CommitInput,
+  ConsumeInput,
+  ExtendInput,
+  GetUsageInput,
+  GetUsageResult,
+  HoldChangeResult,
+  ReleaseInput,
+  ReleaseSlotInput,
+  RenewSlotInput,
+  ReserveInput,
+  ReserveResult,
+  SetLimitInput,
+  SetLimitResult,
+  SetPlanInput,
+  SetPlanResult,
+  SlotCommandResult
+} from "./types.js"
+import type { HoldInput, HoldWork, HoldWorkDone, HoldWorkOutcome } from "./withHold.js"
+import { withHold } from "./withHold.js"
+import type { SlotInput, SlotWork } from "./withSlot.js"
+import { withSlot } from "./withSlot.js"
+
+export interface QuotaClientConnectOptions extends QuotaClientOptions {
+  /** NATS server URLs; default the NATS client's default (127.0.0.1:4222). Ignored when `nc` is given. */
+  readonly servers?: string | ReadonlyArray<string>
+  /** An existing connection to use; the client then leaves it open on `close`. */
+  readonly nc?: NatsConnection
+}
+
+type SubjectKind = "ops" | "admin"
+
+/**
+ * The Effect flavour: the same operations, failing with a `QuotaClientError` in the error channel.
+ * Interrupting one stops waiting for its result, not the command: once queued it is sent (and may take
+ * effect), which is safe because a repeat with the same id is answered `exists`.
+ */
+export interface QuotaClientEffects {
+  readonly reserve: (input: ReserveInput) => Effect.Effect<ReserveResult, QuotaClientError>
+  readonly consume: (input: ConsumeInput) => Effect.Effect<HoldChangeResult, QuotaClientError>
+  readonly commit: (input: CommitInput) => Effect.Effect<HoldChangeResult, QuotaClientError>
+  readonly release: (input: ReleaseInput) => Effect.Effect<HoldChangeResult, QuotaClientError>
+  readonly extend: (input: ExtendInput) => Effect.Effect<HoldChangeResult, QuotaClientError>
+  readonly adjust: (input: AdjustInput) => Effect.Effect<AdjustCommandResult, QuotaClientError>
+  readonly acquireSlot: (input: AcquireSlotInput) => Effect.Effect<SlotCommandResult, QuotaClientError>
+  readonly renewSlot: (input: RenewSlotInput) => Effect.Effect<SlotCommandResult, QuotaClientError>
+  readonly releaseSlot: (input: ReleaseSlotInput) => Effect.Effect<SlotCommandResult, QuotaClientError>
+  readonly getUsage: (input: GetUsageInput) => Effect.Effect<GetUsageResult, QuotaClientError>
+  readonly setPlan: (input: SetPlanInput) => Effect.Effect<SetPlanResult, QuotaClientError>
+  readonly setLimit: (input: SetLimitInput) => Effect.Effect<SetLimitResult, QuotaClientError>
+}
+
+const isQuotaClientError = (error: unknown): error is QuotaClientError =>
+  error instanceof QuotaRetriesExhausted ||
+  error instanceof QuotaServiceError ||
+  error instanceof QuotaTransportError ||
+  error instanceof QuotaClientClosed
+
+/** The dispatcher rejects only with client errors; anything else is a bug, so it becomes a defect. */
+const toQuotaClientError = (error: unknown): QuotaClientError => {
+  if (isQuotaClientError(error)) return error
+  throw error
+}
+
+const lift =
+  <I, R>(call: (input: I) => Promise<R>) =>
+  (input: I): Effect.Effect<R, QuotaClientError> =>
+    Effect.tryPromise({ try: () => call(input), catch: toQuotaClientError })
+
+export class QuotaClient {
+  /** Connects to NATS (or adopts `options.nc`) and returns a client. */
+  static async connect(options: QuotaClientConnectOptions = {}): Promise<QuotaClient> {
+    if (options.nc !== undefined) return new QuotaClient(options.nc, options)
+    const servers = typeof options.servers === "string" ? [options.servers] : options.servers
+    const nc = await connect({
+      ...(servers === undefined ? {} : { servers: [...servers] }),
+      name: "quota-client",
+      // Async traces build two Errors with stacks per request: at high rates a large share of the
+      // client's CPU. Our errors name the subject and op instead.
+      noAsyncTraces: true
+    })
+    return new QuotaClient(nc, options, true)
+  }
+
+  readonly effect: QuotaClientEffects
+  private readonly options: ResolvedOptions
+  private readonly dispatcher: CommandDispatcher
+
+  /**
+   * A client on an existing connection. `ownsConnection` makes `close` close it too (as after
+   * `connect` with servers); by default the connection stays the caller's.
+   */
+  constructor(
+    readonly nc: NatsConnection,
+    options: QuotaClientOptions = {},
+    private readonly ownsConnection = false
+  ) {
+    this.options = resolveOptions(options)
+    this.dispatcher = new CommandDispatcher(nc, this.options)
+    this.effect = {
+      reserve: lift((input) => this.reserve(input)),
+      consume: lift((input) => this.consume(input)),
+      commit: lift((input) => this.commit(input)),
+      release: lift((input) => this.release(input)),
+      extend: lift((input) => this.extend(input)),
+      adjust: lift((input) => this.adjust(input)),
+      acquireSlot: lift((input) => this.acquireSlot(input)),
+      renewSlot: lift((input) => this.renewSlot(input)),
+      releaseSlot: lift((input) => this.releaseSlot(input)),
+      getUsage: lift((input) => this.getUsage(input)),
+      setPlan: lift((input) => this.setPlan(input)),
+      setLimit: lift((input) => this.setLimit(input))
+    }
+  }
+
+  /** The subject a user's commands of this kind go to: `{prefix}.v1.{partition}.{kind}`. */
+  subjectOf(user: string, kind: SubjectKind = "ops"): string {
+    if (typeof user !== "string") throw new TypeError(`user must be a string, got ${typeof user}`)
+    return `${this.options.prefix}.v1.${partitionOf(user, this.options.partitions)}.${kind}`
+  }
+
+  reserve(input: ReserveInput): Promise<ReserveResult> {
+    return this.send<ReserveResult>("ops", { ...input, op: "reserve" })
+  }
+
+  consume(input: ConsumeInput): Promise<HoldChangeResult> {
+    return this.send<HoldChangeResult>("ops", { ...input, op: "consume" })
+  }
+
+  commit(input: CommitInput): Promise<HoldChangeResult> {
+    return this.send<HoldChangeResult>("ops", { ...input, op: "commit" })
+  }
+
+  release(input: ReleaseInput): Promise<HoldChangeResult> {
+    return this.send<HoldChangeResult>("ops", { ...input, op: "release" })
+  }
+
+  extend(input: ExtendInput): Promise<HoldChangeResult> {
+    return this.send<HoldChangeResult>("ops", { ...input, op: "extend" })
+  }
+
+  adjust(input: AdjustInput): Promise<AdjustCommandResult> {
+    return this.send<AdjustCommandResult>("ops", { ...input, op: "adjust" })
+  }
+
+  /**
+   * `busy` is an answer, not retried: the caller snoozes `retryAfterMs`. With `waitMs` the command
+   * goes in a message of its own and its reply timeout is extended by the wait.
+   */
+  acquireSlot(input: AcquireSlotInput): Promise<SlotCommandResult> {
+    const waitMs = typeof input.waitMs === "number" && input.waitMs > 0 ? input.waitMs : 0
+    return this.send<SlotCommandResult>("ops", { ...input, op: "acquire_slot" }, waitMs)
+  }
+
+  renewSlot(input: RenewSlotInput): Promise<SlotCommandResult> {
+    return this.send<SlotCommandResult>("ops", { ...input, op: "renew_slot" })
+  }
+
+  releaseSlot(input: ReleaseSlotInput): Promise<SlotCommandResult> {
+    return this.send<SlotCommandResult>("ops", { ...input, op: "release_slot" })
+  }
+
+  getUsage(input: GetUsageInput): Promise<GetUsageResult> {
+    return this.send<GetUsageResult>("ops", { ...input, op: "get_usage" })
+  }
+
+  /** Administration: sent to the `.admin` subject, which NATS permissions may reserve to operators. */
+  setPlan(input: SetPlanInput): Promise<SetPlanResult> {
+    return this.send<SetPlanResult>("admin", { ...input, op: "set_plan" })
+  }
+
+  /** Administration: `limit: null` returns the meter to the plan's default. */
+  setLimit(input: SetLimitInput): Promise<SetLimitResult> {
+    return this.send<SetLimitResult>("admin", { ...input, op: "set_limit" })
+  }
+
+  /**
+   * Reserves, runs `work`, commits the amount it reports and releases the hold if it throws.
+   * Throws `HoldNotGranted` (carrying the result) when the reserve is not `reserved`/`exists`.
+   */
+  withHold<W extends HoldWorkDone>(input: HoldInput, work: HoldWork<W>): Promise<HoldWorkOutcome<W>> {
+    return withHold(this, input, work)
+  }
+
+  /**
+   * Acquires a slot (waiting up to `waitMs`), renews its lease while `work` runs and releases it
+   * afterwards, also on failure. Throws `SlotBusy` with `retryAfterMs` when no slot came free.
+   */
+  withSlot<W>(input: SlotInput, work: SlotWork<W>): Promise<W> {
+    return withSlot(this, input, work)
+  }
+
+  counters(): ClientCounters {
+    return this.dispatcher.counters()
+  }
+
+  /**
+   * Fails what is queued or waiting to be retried with `QuotaClientClosed`, waits for the messages in
+   * flight, then closes the NATS connection if the client opened it.
+   */
+  async close(): Promise<void> {
+    await this.dispatcher.close()
+    if (this.ownsConnection) await this.nc.close()
+  }
+
+  private send<R extends Result>(
+    kind: SubjectKind,
+    command: { readonly op: string; readonly user: string },
+    extraTimeoutMs = 0
+  ): Promise<R> {
+    let subject: string
+    try {
+      subject = this.subjectOf(command.user, kind)
+    } catch (error) {
+      return Promise.reject(error)
+    }
+    // The coordinator answers each op with that op's result shapes; the types record which.
+    return this.dispatcher.submit(subject, command, extraTimeoutMs) as Promise<R>
+  }
+}

@@ -1,0 +1,23 @@
+/** The public API of the quota-coordinator client (the package's main export). */
+export { QuotaClient } from "./QuotaClient.js"
+export type { QuotaClientConnectOptions, QuotaClientEffects } from "./QuotaClient.js"
+export type { QuotaClientOptions, RetryPolicy } from "./options.js"
+export { retryDelayMs } from "./options.js"
+export type { ClientCounters } from "./CommandDispatcher.js"
+export {
+  HoldNotCommitted,
+  HoldNotGranted,
+  QuotaClientClosed,
+  QuotaRetriesExhausted,
+  QuotaServiceError,
+  QuotaTransportError,
+  SlotBusy,
+  SlotLeaseLost,
+  SlotNotGranted
+} from "./errors.js"
+export type { QuotaClientError, RetryReason } from "./errors.js"
+export type * from "./types.js"
+export type { HoldInput, HoldWork, HoldWorkDone, HoldWorkOutcome } from "./withHold.js"
+export type { SlotInput, SlotWork } from "./withSlot.js"
+export { partitionOf } from "../domain/partition.js"
+export type * from "../domain/results.js"

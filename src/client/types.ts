@@ -1,0 +1,125 @@
+/**
+ * What each client method takes and answers: PROTOCOL.md's fields and result shapes, per operation.
+ * The results reuse the domain's result types; `unavailable` and `overloaded` never reach a caller
+ * (the client retries them, then fails with `QuotaRetriesExhausted`).
+ */
+import type {
+  AdjustResult,
+  HoldResult,
+  InsufficientQuotaResult,
+  InvalidRequestResult,
+  NotFoundResult,
+  OkResult,
+  SlotResult,
+  UnknownMeterResult,
+  UnknownPlanResult,
+  UsageResult,
+  WrongPartitionResult
+} from "../domain/results.js"
+
+/** Any command may carry `ref` (at most 256 bytes), echoed back on its result whatever the status. */
+interface WithRef {
+  readonly ref?: string
+}
+
+export interface ReserveInput extends WithRef {
+  readonly user: string
+  readonly meter: string
+  readonly amount: number
+  /** The hold's id (the job id): retries and repeats with the same id are answered `exists`. */
+  readonly id: string
+  readonly ttlMs?: number
+}
+
+export interface ConsumeInput extends WithRef {
+  readonly user: string
+  readonly id: string
+  readonly amount: number
+  /** Idempotency key of this consumption, unique within the hold. */
+  readonly key: string
+}
+
+export interface CommitInput extends WithRef {
+  readonly user: string
+  readonly id: string
+  /** The work's total actual usage; default the larger of the hold's amount and what was consumed. */
+  readonly amount?: number
+}
+
+export interface ReleaseInput extends WithRef {
+  readonly user: string
+  readonly id: string
+}
+
+export interface ExtendInput extends WithRef {
+  readonly user: string
+  readonly id: string
+  readonly ttlMs: number
+}
+
+export interface AdjustInput extends WithRef {
+  readonly user: string
+  readonly meter: string
+  /** Signed: a direct charge when positive, a refund when negative. */
+  readonly amount: number
+  readonly id: string
+}
+
+export interface AcquireSlotInput extends WithRef {
+  /** Empty for a system job, which is always `acquired` and counts against nothing. */
+  readonly user: string
+  readonly job: string
+  readonly leaseMs?: number
+  /** How long to wait in the user's FIFO queue before answering `busy`; default 0. */
+  readonly waitMs?: number
+}
+
+export interface RenewSlotInput extends WithRef {
+  readonly user: string
+  readonly job: string
+  readonly leaseMs?: number
+}
+
+export interface ReleaseSlotInput extends WithRef {
+  readonly user: string
+  readonly job: string
+}
+
+export interface GetUsageInput extends WithRef {
+  readonly user: string
+}
+
+export interface SetPlanInput extends WithRef {
+  readonly user: string
+  readonly plan: string
+}
+
+export interface SetLimitInput extends WithRef {
+  readonly user: string
+  readonly meter: string
+  /** A per-user limit, or null to return to the plan's default. */
+  readonly limit: number | null
+}
+
+/** A result as it comes off the wire: with the command's `ref` when it carried one. */
+export type Echoed<R> = R & { readonly ref?: string }
+
+/** Answers any command may get that say the call itself is wrong. */
+export type CommandRejected = InvalidRequestResult | WrongPartitionResult
+
+export type ReserveResult = Echoed<
+  HoldResult | InsufficientQuotaResult | UnknownMeterResult | CommandRejected
+>
+/** `consume`, `commit`, `release` and `extend`. */
+export type HoldChangeResult = Echoed<HoldResult | NotFoundResult | CommandRejected>
+export type AdjustCommandResult = Echoed<AdjustResult | UnknownMeterResult | CommandRejected>
+export type SlotCommandResult = Echoed<SlotResult | CommandRejected>
+export type GetUsageResult = Echoed<UsageResult | CommandRejected>
+export type SetPlanResult = Echoed<OkResult | UnknownPlanResult | CommandRejected>
+export type SetLimitResult = Echoed<OkResult | UnknownMeterResult | CommandRejected>
+
+/** A hold that `withHold` runs work under (`reserve` answered `reserved` or `exists`). */
+export type GrantedHold = Echoed<HoldResult>
+
+/** A slot that `withSlot` runs work in (`acquire_slot` answered `acquired` or `exists`). */
+export type GrantedSlot = Echoed<SlotResult>
