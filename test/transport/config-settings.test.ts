@@ -17,7 +17,8 @@ describe("readSettings", () => {
       partitions: 64,
       dataDir: ".data",
       logLevel: "info",
-      fairness: { enabled: true, slotOverrides: {}, snoozeBaseMs: 30_000, snoozeJitterMs: 10_000 }
+      fairness: { enabled: true, slotOverrides: {}, snoozeBaseMs: 30_000, snoozeJitterMs: 10_000 },
+      partitionLeaseMs: 6_000
     })
   })
 
@@ -37,7 +38,8 @@ describe("readSettings", () => {
         FAIRNESS_PRO_PLUS_LIMIT: "4",
         FAIRNESS_ENTERPRISE_LIMIT: "10",
         FAIRNESS_SNOOZE_DURATION: "2m",
-        FAIRNESS_SNOOZE_JITTER: "500ms"
+        FAIRNESS_SNOOZE_JITTER: "500ms",
+        QUOTA_LEASE_MS: "2500"
       })
     ).toEqual({
       natsUrl: "nats://a:4222,nats://b:4222",
@@ -52,7 +54,8 @@ describe("readSettings", () => {
         slotOverrides: { free: 2, pro: 0, pro_plus: 4, enterprise: 10 },
         snoozeBaseMs: 120_000,
         snoozeJitterMs: 500
-      }
+      },
+      partitionLeaseMs: 2_500
     })
   })
 
@@ -73,6 +76,8 @@ describe("readSettings", () => {
     ["FAIRNESS_PRO_LIMIT", "-1"],
     ["FAIRNESS_SNOOZE_DURATION", "30 parsecs"],
     ["FAIRNESS_SNOOZE_JITTER", "-5s"],
+    ["QUOTA_LEASE_MS", "999"],
+    ["QUOTA_LEASE_MS", "600001"],
     ["FAIRNESS_SNOOZE_DURATION", "25h"]
   ])("refuses %s=%s naming the variable", async (variable, value) => {
     const error = await refusal({ [variable]: value })
