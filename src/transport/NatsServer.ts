@@ -2,24 +2,20 @@
  * The NATS edge: subscribes to `{prefix}.v1.{p}.ops` and `.admin` for the partitions it is told to
  * serve, answers each request with exactly one reply, and answers NATS micro discovery.
  *
- * A request is handled inside the subscription callback, synchronously, up to the point where its
- * commands are enqueued into their users' mailboxes (`Coordinator.submitAll` enqueues before it first
- * suspends): so commands of one user are decided in message order and, within a batch, in array order.
+ * A request is handled inside the subscription callback by the transport-independent request handler
+ * (requestHandler.ts), synchronously up to the point where its commands are enqueued into their users'
+ * mailboxes: so commands of one user are decided in message order and, within a batch, in array order.
  * The reply is sent when the last result arrives. Whatever goes wrong after that point (a defect, an
  * interruption at shutdown) answers the affected commands `unavailable`: never silence.
  */
 import { connect, Empty, headers, nuid } from "@nats-io/transport-node"
 import type { Msg, Subscription } from "@nats-io/transport-node"
-import { Cause, Context, Effect, Exit, FiberSet, Layer, Scope } from "effect"
-import { Coordinator } from "../actors/Coordinator.js"
+import { Context, Effect, Layer, Scope } from "effect"
+import type { Coordinator } from "../actors/Coordinator.js"
 import type { Settings } from "../config/settings.js"
-import type { Command } from "../domain/commands.js"
 import { transportDrainMs } from "../domain/limits.js"
-import type { Result } from "../domain/results.js"
-import { unavailable } from "../domain/results.js"
-import { headerSafe, parseBody } from "./body.js"
-import type { Judged, SubjectKind } from "./decode.js"
-import { judgeCommand } from "./decode.js"
+import { headerSafe } from "./body.js"
+import type { SubjectKind } from "./decode.js"
 import type { ServiceIdentity, ServiceVerb } from "./discovery.js"
 import {
   EndpointStats,
@@ -30,9 +26,10 @@ import {
   statsResponse
 } from "./discovery.js"
 import { NatsConnectFailed, NatsSubscribeFailed, PartitionOutOfRange, reasonOf } from "./errors.js"
-import { InFlight } from "./inFlight.js"
 import type { Logger } from "./log.js"
-import { logDecision, logRefusal } from "./log.js"
+import { makeRequestHandler } from "./requestHandler.js"
+
+export type { WireResult } from "./requestHandler.js"
 
 export interface NatsServerOptions {
   /** `NATS_URL`: one server URL or a comma-separated list. */
@@ -94,21 +91,12 @@ interface ServedPartition {
   readonly endpoints: ReadonlyArray<Endpoint>
 }
 
-/** A judged command, or `unavailable` when judging it hit a bug. */
-type Judgement = Judged | { readonly answer: Result; readonly ref: undefined }
-
 const serviceErrorHeaders = (code: number, reason: string) => {
   const hdrs = headers()
   hdrs.set("Nats-Service-Error-Code", String(code))
   hdrs.set("Nats-Service-Error", headerSafe(reason))
   return hdrs
 }
-
-/** A result as it goes on the wire: with the command's `ref` when it had a valid one. */
-export type WireResult = Result & { readonly ref?: string }
-
-const withRef = (result: Result, ref: string | undefined): WireResult =>
-  ref === undefined ? result : { ...result, ref }
 
 const connectNats = (options: NatsServerOptions) =>
   Effect.tryPromise({
@@ -130,9 +118,11 @@ export const makeNatsServer = (
   Coordinator | Scope.Scope
 > =>
   Effect.gen(function* () {
-    const coordinator = yield* Coordinator
-    const fibers = yield* FiberSet.make<ReadonlyArray<Result>>()
-    const runTracked = yield* FiberSet.runtime(fibers)<never>()
+    const handler = yield* makeRequestHandler({
+      logger: options.logger,
+      partitions: options.partitions,
+      ...(options.messageBytesMax === undefined ? {} : { messageBytesMax: options.messageBytesMax })
+    })
     const nc = yield* Effect.acquireRelease(connectNats(options), (connection) =>
       Effect.promise(() => connection.close().catch(() => undefined))
     )
@@ -140,7 +130,7 @@ export const makeNatsServer = (
     const queueGroup = options.queueGroup ?? "q"
     const drainMs = options.drainMs ?? transportDrainMs
     const served = new Map<number, ServedPartition>()
-    const inFlight = new InFlight()
+    const { inFlight } = handler
     const version = options.version ?? packageVersion()
     const identity: ServiceIdentity = {
       // A fresh id per instance, as nats.js services make it (a NUID).
@@ -179,71 +169,24 @@ export const makeNatsServer = (
       stats.countRequest(startedAt, error)
     }
 
-    const refuse = (msg: Msg, stats: EndpointStats, startedAt: number, reason: string) => {
-      logger.warn({ subject: msg.subject, reason }, "request refused")
+    const refuse = (msg: Msg, stats: EndpointStats, startedAt: number, code: number, reason: string) => {
       try {
-        msg.respond(Empty, { headers: serviceErrorHeaders(400, reason) })
+        msg.respond(Empty, { headers: serviceErrorHeaders(code, reason) })
       } catch (cause) {
         logger.error({ subject: msg.subject, error: reasonOf(cause) }, "reply not sent")
       }
       stats.countRequest(startedAt, reason)
     }
 
-    /** Decode and partition check, with a bug in them costing one command `unavailable`, not the message. */
-    const judgeSafely = (raw: unknown, endpoint: Endpoint): Judgement => {
-      try {
-        return judgeCommand(raw, endpoint.kind, endpoint.partition, partitions)
-      } catch (cause) {
-        logger.error({ error: reasonOf(cause) }, "decode defect")
-        return { answer: unavailable, ref: undefined }
-      }
-    }
-
     const handleRequest = (msg: Msg, endpoint: Endpoint): void => {
       const startedAt = performance.now()
       const { stats } = endpoint
-      const body = parseBody(msg.data, options.messageBytesMax)
-      if (body.kind === "refused") return refuse(msg, stats, startedAt, body.reason)
-      const raws = body.kind === "single" ? [body.command] : body.commands
-      const results: Array<WireResult> = new Array<WireResult>(raws.length)
-      const submitted: Array<Command> = []
-      const submittedAt: Array<number> = []
-      const refs: Array<string | undefined> = new Array<string | undefined>(raws.length)
-      for (let index = 0; index < raws.length; index += 1) {
-        const judged = judgeSafely(raws[index], endpoint)
-        refs[index] = judged.ref
-        if ("answer" in judged) {
-          results[index] = withRef(judged.answer, judged.ref)
-          logRefusal(logger, msg.subject, judged.answer, judged.ref)
-        } else {
-          submitted.push(judged.submit)
-          submittedAt.push(index)
-        }
-      }
-      const reply = (error?: string) =>
-        respond(msg, JSON.stringify(body.kind === "single" ? results[0] : results), stats, startedAt, error)
-      if (submitted.length === 0) return reply()
-
-      inFlight.begin(endpoint.partition)
-      // Runs synchronously up to the first suspension: every command is in its mailbox when this returns.
-      const fiber = runTracked(coordinator.submitAll(submitted))
-      fiber.addObserver((exit) => {
-        let error: string | undefined
-        if (Exit.isFailure(exit)) {
-          error = Cause.hasInterruptsOnly(exit.cause) ? "interrupted" : "coordinator defect"
-          logger.error({ subject: msg.subject, cause: Cause.pretty(exit.cause) }, error)
-        }
-        const decided = Exit.isSuccess(exit) ? exit.value : []
-        for (let position = 0; position < submitted.length; position += 1) {
-          const index = submittedAt[position] as number
-          const command = submitted[position] as Command
-          const result = decided[position] ?? unavailable
-          results[index] = withRef(result, refs[index])
-          logDecision(logger, command, result, refs[index])
-        }
-        reply(error)
-        inFlight.end(endpoint.partition)
-      })
+      const target = { subject: msg.subject, kind: endpoint.kind, partition: endpoint.partition }
+      handler.handle(target, msg.data, (handled) =>
+        "error" in handled
+          ? refuse(msg, stats, startedAt, handled.error.code, handled.error.reason)
+          : respond(msg, handled.body, stats, startedAt, handled.failure)
+      )
     }
 
     const subscribe = (subject: string, queue: string | undefined, callback: (msg: Msg) => void) => {
@@ -335,7 +278,7 @@ export const makeNatsServer = (
       if (!inFlight.isIdle()) {
         logger.warn({ inFlight: inFlight.total() }, "drain timed out; answering the rest unavailable")
         // Interrupted fibers reach their observers, which answer `unavailable`.
-        await Effect.runPromise(FiberSet.clear(fibers))
+        await Effect.runPromise(handler.interruptAll)
       }
       await nc.drain().catch(() => undefined)
       logger.info("nats transport stopped")

@@ -1,0 +1,29 @@
+# quota-coordinator: `serve` over NATS_URL and DATABASE_URL (see docker-compose.yml).
+# Build: docker build -t quota-coordinator .
+
+FROM node:22-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+# --ignore-scripts: `prepare` would build before the sources are copied; the build runs below.
+RUN npm ci --ignore-scripts
+COPY tsconfig.json tsconfig.build.json ./
+COPY scripts ./scripts
+COPY src ./src
+RUN npm run build
+
+FROM node:22-slim
+ENV NODE_ENV=production
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
+COPY --from=build /app/dist ./dist
+COPY bin ./bin
+USER node
+# The embedded database is for development only: a container is given DATABASE_URL.
+ENV NATS_URL=nats://nats:4222
+# Healthy once a get_usage goes round trip through NATS, the coordinator and its database.
+HEALTHCHECK --interval=5s --timeout=10s --start-period=30s --retries=5 \
+  CMD node bin/quota-coordinator.js usage healthcheck > /dev/null || exit 1
+# serve drains on SIGTERM (docker stop) and exits 0.
+STOPSIGNAL SIGTERM
+CMD ["node", "bin/quota-coordinator.js", "serve"]
