@@ -9,6 +9,7 @@ import type { StoreEvent } from "../domain/events.js"
 import {
   actorDecisionsPerWriteMax,
   actorIdleMs,
+  idleEvictionIntervalMsMin,
   mailboxCapacity,
   partitionsDefault,
   residentActorsMax,
@@ -20,6 +21,7 @@ import type { Result } from "../domain/results.js"
 import { overloaded } from "../domain/results.js"
 import { decideSystemJob } from "../domain/slots.js"
 import { Store } from "../store/Store.js"
+import { DeadlineHeap } from "./DeadlineHeap.js"
 import type { ActorSettings, Envelope, UserActor } from "./UserActor.js"
 import { makeUserActor, runUserActor } from "./UserActor.js"
 
@@ -86,12 +88,26 @@ export const makeCoordinator = (
     const capacity = options.mailboxCapacity ?? mailboxCapacity
     const maxResident = options.residentActorsMax ?? residentActorsMax
 
+    const idleMs = options.actorIdleMs ?? actorIdleMs
+    const deadlines = new DeadlineHeap<string>()
+    /** What the timer sleeps until, and how to wake it early when an earlier deadline arrives. */
+    let timerTarget = Infinity
+    let wakeTimer = Deferred.makeUnsafe<void>()
+    const scheduleDeadline = (actor: UserActor, deadline: number | null): void => {
+      const at = deadline ?? Infinity
+      if (at === actor.scheduledDeadline) return
+      actor.scheduledDeadline = at
+      if (at === Infinity) return
+      deadlines.push(at, actor.user)
+      if (at < timerTarget) Deferred.doneUnsafe(wakeTimer, Exit.void)
+    }
+
     const settings: ActorSettings = {
       config: options.config,
       store,
       random: () => random.nextDoubleUnsafe(),
       decisionsPerWriteMax: options.decisionsPerWriteMax ?? actorDecisionsPerWriteMax,
-      idleMs: options.actorIdleMs ?? actorIdleMs,
+      scheduleDeadline,
       assertFull: options.assertFull ?? false,
       onError: options.onError ?? (() => {}),
       onPersisted: options.onPersisted ?? (() => {}),
@@ -127,6 +143,7 @@ export const makeCoordinator = (
       }
       if (actors.size >= maxResident && !evictOne()) return undefined
       const actor = makeUserActor(user, Effect.runSync(Queue.bounded<Envelope>(capacity)))
+      actor.lastActiveAt = clock.currentTimeMillisUnsafe()
       const entry: ResidentActor = { actor, fiber: undefined }
       actors.set(user, entry)
       entry.fiber = runFork(runUserActor(actor, settings))
@@ -148,6 +165,53 @@ export const makeCoordinator = (
       }
       return reply
     }
+
+    /** Sends a `tick` to every resident actor whose deadline is due; moved deadlines are skipped. */
+    const fireDueDeadlines = (now: number): void => {
+      for (let top = deadlines.peek(); top !== undefined && top.at <= now; top = deadlines.peek()) {
+        deadlines.pop()
+        const actor = actors.get(top.key)?.actor
+        if (actor === undefined || actor.closed || actor.scheduledDeadline !== top.at) continue
+        actor.scheduledDeadline = Infinity
+        // A full mailbox needs no tick: its next group applies everything due and schedules again.
+        Queue.offerUnsafe(actor.mailbox, {
+          command: { op: "tick", user: actor.user },
+          reply: Deferred.makeUnsafe<Result>()
+        })
+      }
+    }
+
+    // One timer for all actors: it sleeps until the earliest deadline (on Effect's clock, so tests
+    // drive it with TestClock) and is woken early when an earlier one is scheduled.
+    const timer: Effect.Effect<never> = Effect.forever(
+      Effect.gen(function* () {
+        const now = yield* Clock.currentTimeMillis
+        fireDueDeadlines(now)
+        if (Deferred.isDoneUnsafe(wakeTimer)) wakeTimer = Deferred.makeUnsafe<void>()
+        timerTarget = deadlines.peek()?.at ?? Infinity
+        const woken = Deferred.await(wakeTimer)
+        yield* timerTarget === Infinity
+          ? woken
+          : Effect.raceFirst(Effect.sleep(Math.max(1, timerTarget - now)), woken)
+      })
+    )
+
+    /** Evicts actors idle for idleMs (nothing queued, parked or in flight), least recently used first. */
+    const evictIdle = Effect.gen(function* () {
+      const now = yield* Clock.currentTimeMillis
+      const idle: Array<ResidentActor> = []
+      for (const resident of actors.values()) {
+        if (resident.actor.lastActiveAt + idleMs > now) break
+        if (isIdle(resident)) idle.push(resident)
+      }
+      for (const resident of idle) {
+        actors.delete(resident.actor.user)
+        resident.actor.closed = true
+      }
+      yield* Fiber.interruptAll(
+        idle.flatMap((resident) => (resident.fiber === undefined ? [] : [resident.fiber]))
+      )
+    })
 
     const sweepOnce = Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
@@ -182,6 +246,10 @@ export const makeCoordinator = (
 
     yield* Effect.addFinalizer(() => dropAllActors)
 
+    yield* Effect.forkScoped(timer)
+    yield* Effect.forkScoped(
+      Effect.forever(Effect.andThen(Effect.sleep(Math.max(idleEvictionIntervalMsMin, idleMs / 4)), evictIdle))
+    )
     const interval = options.sweepIntervalMs ?? sweepIntervalMs
     if (interval > 0) {
       yield* Effect.forkScoped(Effect.forever(Effect.andThen(Effect.sleep(interval), sweepOnce)))

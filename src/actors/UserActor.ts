@@ -30,12 +30,13 @@ export interface ActorSettings {
   readonly store: StoreShape
   readonly random: () => number
   readonly decisionsPerWriteMax: number
-  readonly idleMs: number
   /** Recount every aggregate after each decision (tests). */
   readonly assertFull: boolean
   readonly onError: (user: string, message: string, cause: unknown) => void
   /** Called with each group's events once the store confirmed them (logs of expiries, metrics). */
   readonly onPersisted: (events: ReadonlyArray<StoreEvent>) => void
+  /** Asks for a `tick` at `deadline` (null: nothing due); a later call replaces the earlier one. */
+  readonly scheduleDeadline: (actor: UserActor, deadline: number | null) => void
   /** Called once, synchronously, when the actor stops taking commands (idle, load failure). */
   readonly onClose: (actor: UserActor) => void
 }
@@ -50,6 +51,10 @@ export interface UserActor {
   closed: boolean
   /** The group being decided or written, answered `unavailable` if the actor is interrupted. */
   inFlight: ReadonlyArray<Envelope>
+  /** The deadline the coordinator's timer holds for this actor (Infinity: none). */
+  scheduledDeadline: number
+  /** When it last decided something (Clock ms): idle eviction reads it. */
+  lastActiveAt: number
 }
 
 export const makeUserActor = (user: string, mailbox: Queue.Queue<Envelope>): UserActor => ({
@@ -58,7 +63,9 @@ export const makeUserActor = (user: string, mailbox: Queue.Queue<Envelope>): Use
   busy: true,
   parked: new Map(),
   closed: false,
-  inFlight: []
+  inFlight: [],
+  scheduledDeadline: Infinity,
+  lastActiveAt: 0
 })
 
 const answer = (reply: Deferred.Deferred<Result>, result: Result): void => {
@@ -130,8 +137,6 @@ const decideGroup = (
   return group
 }
 
-const tickOf = (user: string): Command => ({ op: "tick", user })
-
 /**
  * The actor's life: load, then decide groups until idle. Typed `Effect<void>` because it ends only by
  * eviction or a failed load; every other failure is answered and recovered from inside.
@@ -151,37 +156,13 @@ const actorLoop = (actor: UserActor, settings: ActorSettings): Effect.Effect<voi
     let loaded = yield* load(actor, settings)
     if (Option.isNone(loaded)) return yield* close(actor, settings)
     let state = loaded.value
-    let lastActiveAt = yield* Clock.currentTimeMillis
     actor.busy = false
+    settings.scheduleDeadline(actor, nextDeadline(state))
 
     for (;;) {
-      const now = yield* Clock.currentTimeMillis
-      const deadline = nextDeadline(state) ?? Infinity
-      const idleAt = actor.parked.size === 0 ? lastActiveAt + settings.idleMs : Infinity
-      const wakeAt = Math.min(deadline, idleAt)
-      const taken: Option.Option<ReadonlyArray<Envelope>> =
-        wakeAt === Infinity
-          ? Option.some(yield* Queue.takeBetween(actor.mailbox, 1, settings.decisionsPerWriteMax))
-          : yield* Effect.timeoutOption(
-              Queue.takeBetween(actor.mailbox, 1, settings.decisionsPerWriteMax),
-              Math.max(0, wakeAt - now)
-            )
-
-      let envelopes: ReadonlyArray<Envelope>
-      if (Option.isSome(taken)) envelopes = taken.value
-      else {
-        const woke = yield* Clock.currentTimeMillis
-        if (
-          woke < deadline &&
-          woke >= idleAt &&
-          actor.parked.size === 0 &&
-          Queue.sizeUnsafe(actor.mailbox) === 0
-        ) {
-          return yield* close(actor, settings)
-        }
-        envelopes = [{ command: tickOf(actor.user), reply: Deferred.makeUnsafe<Result>() }]
-      }
-
+      // Timers and idle eviction live in the coordinator (one timer for all actors): the loop only
+      // waits on its mailbox, where a due deadline arrives as a `tick`.
+      const envelopes = yield* Queue.takeBetween(actor.mailbox, 1, settings.decisionsPerWriteMax)
       actor.busy = true
       actor.inFlight = envelopes
       const decidedAt = yield* Clock.currentTimeMillis
@@ -221,8 +202,9 @@ const actorLoop = (actor: UserActor, settings: ActorSettings): Effect.Effect<voi
           for (const reply of replies ?? []) answer(reply, result)
         }
       }
-      lastActiveAt = decidedAt
+      actor.lastActiveAt = decidedAt
       actor.inFlight = []
       actor.busy = false
+      settings.scheduleDeadline(actor, nextDeadline(state))
     }
   })

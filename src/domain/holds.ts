@@ -136,7 +136,7 @@ export const reserve = (
     expiresAt: ctx.now + command.ttlMs,
     createdAt: ctx.now,
     closedAt: null,
-    consumeKeys: new Set()
+    consumeKeys: null
   }
   state.pending.set(hold.id, hold)
   meterState.reserved += hold.amount
@@ -155,9 +155,9 @@ export const consume = (
 ): Result => {
   const hold = findHold(state, command.id)
   if (hold === undefined) return notFound
-  if (hold.consumeKeys.has(command.key)) return holdResult(ctx, state, "exists", hold)
+  if (hold.consumeKeys?.has(command.key) === true) return holdResult(ctx, state, "exists", hold)
   if (hold.state !== "pending") return holdResult(ctx, state, "closed", hold)
-  if (hold.consumeKeys.size >= consumeKeysPerHoldMax) return overloaded
+  if ((hold.consumeKeys?.size ?? 0) >= consumeKeysPerHoldMax) return overloaded
   const meterState = meterAt(ctx.config, state, hold.meter, ctx.now)
   if (
     wouldOverflow(meterState.used + meterState.reserved, command.amount) ||
@@ -167,6 +167,7 @@ export const consume = (
   }
   const reservedBefore = holdReserved(hold)
   hold.consumed += command.amount
+  hold.consumeKeys ??= new Set()
   hold.consumeKeys.add(command.key)
   meterState.reserved += holdReserved(hold) - reservedBefore
   pushHold(state, output, hold)

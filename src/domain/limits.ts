@@ -125,3 +125,6 @@ export const partitionLeaseMsMax = 600_000
 
 /** Connections of the pool that heartbeats and renews partition leases, apart from the store's. */
 export const ownershipPoolConnections = 2
+
+/** Idle actors are looked for every quarter of actorIdleMs, but not more often than this. */
+export const idleEvictionIntervalMsMin = 250

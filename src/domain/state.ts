@@ -14,7 +14,8 @@ export interface Hold extends HoldRecord {
   state: HoldRecord["state"]
   expiresAt: number
   closedAt: number | null
-  readonly consumeKeys: Set<string>
+  /** Consume keys applied to this hold; null until the first (most holds are never consumed). */
+  consumeKeys: Set<string> | null
 }
 
 export interface MeterState {
@@ -171,7 +172,10 @@ export const userStateFromStored = (user: string, stored: StoredUser): UserState
   }
   const closedInOrder: Array<Hold> = []
   for (const record of stored.holds) {
-    const hold: Hold = { ...record, consumeKeys: new Set(record.consumeKeys) }
+    const hold: Hold = {
+      ...record,
+      consumeKeys: record.consumeKeys.length === 0 ? null : new Set(record.consumeKeys)
+    }
     if (hold.state === "pending") {
       state.pending.set(hold.id, hold)
       let meterState = state.meters.get(hold.meter)
