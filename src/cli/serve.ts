@@ -64,6 +64,8 @@ export const storeLayerFor = (settings: Settings, target: DatabaseTarget, fence?
     prefix: settings.prefix,
     partitions: settings.partitions,
     ...(target.poolMax === undefined ? {} : { poolMax: target.poolMax }),
+    // PGlite's single session is not known to take pipelined transactions; a real server does.
+    pipelined: !target.embedded,
     ...(fence === undefined ? {} : { fence })
   })
 

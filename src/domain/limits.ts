@@ -128,3 +128,10 @@ export const ownershipPoolConnections = 2
 
 /** Idle actors are looked for every quarter of actorIdleMs, but not more often than this. */
 export const idleEvictionIntervalMsMin = 250
+
+/**
+ * Write groups committed at once, each on its own connection. Safe because an actor has at most one
+ * write in flight, so concurrent groups never hold two dependent writes of one user; more writers
+ * overlap round trips and fsyncs. Past it, groups wait for a writer (and grow).
+ */
+export const storeWritersMax = 4

@@ -1,7 +1,8 @@
 /**
- * Group commit: many writers, one transaction. Callers `submit` their items and wait; one writer
+ * Group commit: many writers, one transaction. Callers `submit` their items and wait; a writer
  * fiber takes whatever is queued (up to a cap of items), hands it to `commit` as one group, and then
- * completes every waiter of the group with the same outcome. A commit costs a round trip and an
+ * completes every waiter of the group with the same outcome. With `writersMax` > 1 several groups
+ * commit at once, each taking what queued while the others were in flight. A commit costs a round trip and an
  * fsync whatever its size, so under load the cost is shared by everyone queued behind it.
  *
  * A submission is never split: its items are in exactly one group, so the group's all-or-nothing
@@ -18,6 +19,11 @@ export interface GroupCommitOptions<A, E> {
   readonly itemsPerCommitMax: number
   /** What a waiter gets when the writer has stopped before its group was written. */
   readonly closed: () => E
+  /**
+   * Groups in flight at once (default 1). Only for items whose order across submissions does not
+   * matter: the store's callers (actors) have one submission in flight each, so it holds there.
+   */
+  readonly writersMax?: number
 }
 
 export interface GroupCommitStats {
@@ -100,7 +106,7 @@ export const makeGroupCommit = <A, E>(
         })
       )
     )
-    yield* Effect.forkScoped(writer)
+    for (let writers = 0; writers < (options.writersMax ?? 1); writers += 1) yield* Effect.forkScoped(writer)
 
     const submit = (items: ReadonlyArray<A>): Effect.Effect<void, E> =>
       items.length === 0

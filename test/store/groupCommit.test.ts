@@ -3,7 +3,7 @@
  * outcome, and a failing group leaves nothing behind.
  */
 import { Effect, Result } from "effect"
-import type pg from "pg"
+import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { HoldRecord, StoreEvent } from "../../src/domain/events.js"
 import type { PostgresStore } from "../../src/store/postgres/PostgresStore.js"
@@ -268,5 +268,33 @@ describe("GroupCommit failures", () => {
     expect(after._tag).toBe("StoreUnavailable")
     expect(await countRows(pool, "holds", "shutdown-queued-")).toBe(0)
     expect(await countRows(pool, "holds", "shutdown-in-flight")).toBe(1)
+  })
+})
+
+describe("GroupCommit over Postgres, pipelined (BEGIN, writes and COMMIT in one round trip)", () => {
+  it("commits good groups and applies nothing of a group with one bad event", async () => {
+    const pool = new pg.Pool({ connectionString: database.connectionString, max: 2, pipeline: true })
+    pool.on("error", () => {})
+    const opened = await acquireScoped(
+      makePostgresStore({ pool, schema: database.schema, partitions, pipelined: true })
+    )
+    const good = await Effect.runPromise(Effect.result(opened.value.write(actorWrite("piped-good", 0))))
+    expect(Result.isSuccess(good)).toBe(true)
+    const mixed = [
+      ...actorWrite("piped-mixed", 1),
+      { kind: "hold", user: "piped-mixed", hold: pendingHold("negative", -1) } satisfies StoreEvent
+    ]
+    const failed = await Effect.runPromise(Effect.result(opened.value.write(mixed)))
+    expect(Result.isFailure(failed) && failed.failure._tag === "StoreUnavailable").toBe(true)
+    const after = await Effect.runPromise(Effect.result(opened.value.write(actorWrite("piped-after", 2))))
+    expect(Result.isSuccess(after)).toBe(true)
+    const counter = database.pool({ max: 1 })
+    for (const table of ["holds", "usage_ledger", "usage_totals", "slots"]) {
+      expect(await countRows(counter, table, "piped-good")).toBe(1)
+      expect(await countRows(counter, table, "piped-mixed")).toBe(0)
+      expect(await countRows(counter, table, "piped-after")).toBe(1)
+    }
+    await opened.close()
+    await pool.end()
   })
 })

@@ -11,6 +11,7 @@ import {
   idRetentionMs,
   storeConnectTimeoutMs,
   storeEventsPerCommitMax,
+  storeWritersMax,
   storeQueryTimeoutMs
 } from "../../domain/limits.js"
 import type { Fence } from "../Fence.js"
@@ -39,6 +40,10 @@ export interface PostgresStoreOptions {
   readonly eventsPerCommitMax?: number
   /** Scaled out: every write checks this process still owns its partitions (see Fence.ts). */
   readonly fence?: Fence
+  /** Send each write group in one round trip; the pool's clients must have `pipeline: true`. */
+  readonly pipelined?: boolean
+  /** Groups committed at once (see storeWritersMax). */
+  readonly writersMax?: number
 }
 
 /** A (user, meter, period) whose running total differs from its ledger sum; reconcile wants none. */
@@ -137,10 +142,12 @@ export const makePostgresStore = (
     const groupCommit = yield* makeGroupCommit<StoreEvent, StoreUnavailable>({
       commit: (events) =>
         Effect.tryPromise({
-          try: () => writeGroup(pool, statements, events, partitions, options.fence),
+          try: () =>
+            writeGroup(pool, statements, events, partitions, options.fence, options.pipelined ?? false),
           catch: storeUnavailable(`commit ${events.length} events`)
         }),
       itemsPerCommitMax: options.eventsPerCommitMax ?? storeEventsPerCommitMax,
+      writersMax: options.writersMax ?? storeWritersMax,
       closed: () => new StoreUnavailable({ reason: "the store is shutting down" })
     })
 
@@ -227,6 +234,11 @@ export interface PostgresStoreLayerOptions {
   readonly eventsPerCommitMax?: number
   /** Scaled out: the fence every write checks (see Fence.ts). */
   readonly fence?: Fence
+  /**
+   * Pipeline each write group (one round trip). Default true; the embedded PGlite server is given
+   * false, as its single session is not known to take pipelined transactions.
+   */
+  readonly pipelined?: boolean
 }
 
 export type PostgresStoreLayerError =
@@ -238,10 +250,12 @@ export const poolConnectionsDefault = 10
 /** The pool's settings: bounded waits, so a dead server fails calls instead of hanging them. */
 export const poolConfig = (
   connectionString: string,
-  poolMax: number = poolConnectionsDefault
+  poolMax: number = poolConnectionsDefault,
+  pipeline = false
 ): pg.PoolConfig => ({
   connectionString,
   max: poolMax,
+  pipeline,
   connectionTimeoutMillis: storeConnectTimeoutMs,
   query_timeout: storeQueryTimeoutMs
 })
@@ -270,7 +284,8 @@ export const postgresStoreLayer = (
     Store,
     Effect.gen(function* () {
       const schema = options.schema ?? defaultSchema
-      const pool = yield* scopedPool(poolConfig(options.connectionString, options.poolMax))
+      const pipelined = options.pipelined ?? true
+      const pool = yield* scopedPool(poolConfig(options.connectionString, options.poolMax, pipelined))
       yield* migrate(pool, schema)
       yield* ensureSettings(pool, schema, { prefix: options.prefix, partitions: options.partitions })
       return yield* makePostgresStore({
@@ -278,6 +293,7 @@ export const postgresStoreLayer = (
         schema,
         partitions: options.partitions,
         ...(options.fence === undefined ? {} : { fence: options.fence }),
+        pipelined,
         ...(options.eventsPerCommitMax === undefined
           ? {}
           : { eventsPerCommitMax: options.eventsPerCommitMax })

@@ -90,13 +90,9 @@ export const collapseEvents = (events: ReadonlyArray<StoreEvent>): CollapsedGrou
 
 /** The statements of a group, for one schema; built once per store. */
 export const writeStatements = (schema: string) => ({
-  checkFence: `
-    select owner_row.partition
-    from "${schema}".partition_owners as owner_row
-    join unnest($1::integer[], $2::bigint[]) as held (partition, epoch)
-      on owner_row.partition = held.partition and owner_row.epoch = held.epoch
-    where owner_row.owner = $3
-    for share of owner_row`,
+  // Fails with SQLSTATE QCF01 (detail: the lost partitions) unless every epoch is still ours; holds the
+  // owner rows FOR SHARE until COMMIT so a claim waits for this transaction (migration 0003).
+  assertFence: `select "${schema}".assert_partition_epochs($1::integer[], $2::bigint[], $3)`,
   upsertHolds: `
     insert into "${schema}".holds
       (user_id, id, meter, amount, consumed, state, expires_at, created_at, closed_at, partition)
@@ -217,43 +213,58 @@ export const groupQueries = (
   return queries
 }
 
+/** SQLSTATE of `assert_partition_epochs` (migration 0003): a write's partition epoch was superseded. */
+const epochSupersededSqlState = "QCF01"
+
+const lostPartitionsOf = (error: unknown): ReadonlyArray<number> | undefined => {
+  const { code, detail } = error as { code?: unknown; detail?: unknown }
+  if (code !== epochSupersededSqlState || typeof detail !== "string") return undefined
+  return detail.split(",").map(Number)
+}
+
 /**
- * Runs the group's statements between BEGIN and COMMIT on one client. Any failure rolls back the
- * whole group; a client whose rollback failed is destroyed instead of returned to the pool.
+ * Runs the group's statements between BEGIN and COMMIT on one client: BEGIN, the fence check (when
+ * scaled out), one statement per table, COMMIT. With `pipelined` they are all sent at once and cost
+ * one round trip; a failure anywhere aborts the transaction and COMMIT answers ROLLBACK, so the
+ * group is all or nothing either way. A client left in an unknown state is destroyed, not reused.
  */
 export const writeGroup = async (
   pool: pg.Pool,
   statements: WriteStatements,
   events: ReadonlyArray<StoreEvent>,
   partitions: number,
-  fence?: Fence
+  fence?: Fence,
+  pipelined = false
 ): Promise<void> => {
   const queries = groupQueries(statements, collapseEvents(events), partitions)
   if (queries.length === 0) return
   const fenced = fence === undefined ? undefined : fenceOf(fence, events, partitions)
+  const all: Array<{ text: string; values: ReadonlyArray<unknown> }> = [{ text: "begin", values: [] }]
+  if (fence !== undefined && fenced !== undefined) {
+    all.push({ text: statements.assertFence, values: [fenced.partitions, fenced.epochs, fence.owner] })
+  }
+  all.push(...queries, { text: "commit", values: [] })
+
   const client = await pool.connect()
   let broken: Error | undefined
   try {
-    await client.query("begin")
-    if (fence !== undefined && fenced !== undefined) {
-      // FOR SHARE holds the owner rows until COMMIT: a claim (an UPDATE of the row) waits for this
-      // transaction, so every write of the old epoch lands before the new owner loads, and none after.
-      const current = await client.query<{ partition: number }>(statements.checkFence, [
-        fenced.partitions,
-        fenced.epochs,
-        fence.owner
-      ])
-      if (current.rows.length !== fenced.partitions.length) {
-        const owned = new Set(current.rows.map((row) => row.partition))
-        const lost = fenced.partitions.filter((partition) => !owned.has(partition))
+    const settled = pipelined
+      ? await Promise.allSettled(all.map((query) => client.query(query.text, [...query.values])))
+      : await sequentially(client, all)
+    const failure = settled.find((outcome) => outcome.status === "rejected")
+    const commit = settled[settled.length - 1]
+    if (failure !== undefined) {
+      const lost = lostPartitionsOf(failure.reason)
+      if (fence !== undefined && lost !== undefined) {
         fence.superseded(lost)
         throw new PartitionsFenced(lost)
       }
+      throw failure.reason
     }
-    for (const query of queries) await client.query(query.text, [...query.values])
-    const committed = await client.query("commit")
     // Postgres answers COMMIT of an aborted transaction with ROLLBACK instead of an error.
-    if (committed.command !== "COMMIT") throw new Error(`commit answered ${committed.command}`)
+    if (commit?.status === "fulfilled" && commit.value.command !== "COMMIT") {
+      throw new Error(`commit answered ${commit.value.command}`)
+    }
   } catch (cause) {
     await client.query("rollback").catch((rollbackError: Error) => {
       broken = rollbackError
@@ -262,4 +273,21 @@ export const writeGroup = async (
   } finally {
     client.release(broken)
   }
+}
+
+/** One statement after another, stopping at the first failure (what pipelining does in one trip). */
+const sequentially = async (
+  client: pg.PoolClient,
+  queries: ReadonlyArray<{ text: string; values: ReadonlyArray<unknown> }>
+): Promise<Array<PromiseSettledResult<pg.QueryResult>>> => {
+  const settled: Array<PromiseSettledResult<pg.QueryResult>> = []
+  for (const query of queries) {
+    try {
+      settled.push({ status: "fulfilled", value: await client.query(query.text, [...query.values]) })
+    } catch (reason) {
+      settled.push({ status: "rejected", reason })
+      break
+    }
+  }
+  return settled
 }

@@ -1,0 +1,78 @@
+/**
+ * Fencing by epoch: a write succeeds only while this process's epochs are the partitions' current
+ * ones, checked in the write's own transaction; a superseded process fails and is told which partitions
+ * it lost. Both the pipelined and the one-statement-at-a-time paths.
+ */
+import { Effect, Result } from "effect"
+import pg from "pg"
+import { afterAll, describe, expect, it } from "vitest"
+import type { StoreEvent } from "../../src/domain/events.js"
+import { partitionOf } from "../../src/domain/partition.js"
+import type { Fence } from "../../src/store/Fence.js"
+import { migrate } from "../../src/store/postgres/migrate.js"
+import { makePostgresStore } from "../../src/store/postgres/PostgresStore.js"
+import { acquireScoped, createTestSchema } from "../support/database.js"
+
+const database = createTestSchema("fence")
+afterAll(() => database.drop())
+
+const partitions = 8
+const now = 1_790_000_000_000
+
+const holdEvent = (user: string, id: string): StoreEvent => ({
+  kind: "hold",
+  user,
+  hold: {
+    id,
+    meter: "analysis",
+    amount: 1,
+    consumed: 0,
+    state: "pending",
+    expiresAt: now + 60_000,
+    createdAt: now,
+    closedAt: null
+  }
+})
+
+describe.each([false, true])("fenced writes (pipelined: %s)", (pipelined) => {
+  it("writes while the epoch is ours, fails and reports the lost partition once it is claimed", async () => {
+    const schema = database.freshSchema(pipelined ? "piped" : "plain")
+    const pool = new pg.Pool({ connectionString: database.connectionString, max: 2, pipeline: pipelined })
+    pool.on("error", () => {})
+    await Effect.runPromise(migrate(pool, schema))
+    const user = `fenced-user-${pipelined}`
+    const partition = partitionOf(user, partitions)
+    await pool.query(
+      `insert into "${schema}".partition_owners (partition, owner, epoch, lease_expires_at) values ($1, 'me', 1, 0)`,
+      [partition]
+    )
+    const epochs = new Map([[partition, 1]])
+    const lost: Array<number> = []
+    const fence: Fence = {
+      owner: "me",
+      epochOf: (candidate) => epochs.get(candidate),
+      superseded: (partitionsLost) => lost.push(...partitionsLost)
+    }
+    const opened = await acquireScoped(makePostgresStore({ pool, schema, partitions, fence, pipelined }))
+
+    expect(
+      Result.isSuccess(await Effect.runPromise(Effect.result(opened.value.write([holdEvent(user, "first")]))))
+    ).toBe(true)
+    // Another process claims the partition: the epoch moves on.
+    await pool.query(
+      `update "${schema}".partition_owners set owner = 'other', epoch = 2 where partition = $1`,
+      [partition]
+    )
+    const refused = await Effect.runPromise(Effect.result(opened.value.write([holdEvent(user, "second")])))
+    expect(Result.isFailure(refused) && refused.failure._tag === "StoreUnavailable").toBe(true)
+    expect(lost).toEqual([partition])
+    // A partition this process never held is refused before any SQL.
+    epochs.clear()
+    const unowned = await Effect.runPromise(Effect.result(opened.value.write([holdEvent(user, "third")])))
+    expect(Result.isFailure(unowned)).toBe(true)
+    const rows = await pool.query(`select id from "${schema}".holds order by id`)
+    expect(rows.rows.map((row) => row.id)).toEqual(["first"])
+    await opened.close()
+    await pool.end()
+  })
+})
