@@ -10,6 +10,7 @@ import type { StoreEvent } from "../../src/domain/events.js"
 import { partitionOf } from "../../src/domain/partition.js"
 import type { Fence } from "../../src/store/Fence.js"
 import { migrate } from "../../src/store/postgres/migrate.js"
+import { makeOwnershipQueries } from "../../src/store/postgres/ownership.js"
 import { makePostgresStore } from "../../src/store/postgres/PostgresStore.js"
 import { acquireScoped, createTestSchema } from "../support/database.js"
 
@@ -73,6 +74,50 @@ describe.each([false, true])("fenced writes (pipelined: %s)", (pipelined) => {
     const rows = await pool.query(`select id from "${schema}".holds order by id`)
     expect(rows.rows.map((row) => row.id)).toEqual(["first"])
     await opened.close()
+    await pool.end()
+  })
+})
+
+describe("fence lock modes (migration 0004)", () => {
+  it("a claim waits for a write in flight; a renewal does not; the write after the claim fails", async () => {
+    const schema = database.freshSchema("locks")
+    const pool = new pg.Pool({ connectionString: database.connectionString, max: 4 })
+    pool.on("error", () => {})
+    await Effect.runPromise(migrate(pool, schema))
+    const queries = makeOwnershipQueries(pool, schema)
+    const claimedByMe = await Effect.runPromise(queries.claim("me", [3], 60_000))
+    expect(claimedByMe).toEqual(new Map([[3, 1]]))
+
+    const writer = await pool.connect()
+    await writer.query("begin")
+    await writer.query(`select "${schema}".assert_partition_epochs($1, $2, 'me')`, [[3], [1]])
+
+    // Renewal is NO KEY UPDATE: it does not wait for the writer's KEY SHARE.
+    const renewed = await Effect.runPromise(queries.renew("me", new Map([[3, 1]]), 60_000))
+    expect([...renewed]).toEqual([3])
+
+    // The lease is over (forced here); another process's claim must wait for the write to finish.
+    await pool.query(`update "${schema}".partition_owners set lease_expires_at = 0 where partition = 3`)
+    let claimSettled = false
+    const claim = Effect.runPromise(queries.claim("other", [3], 60_000)).then((claimed) => {
+      claimSettled = true
+      return claimed
+    })
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    expect(claimSettled).toBe(false)
+    await writer.query("commit")
+    expect(await claim).toEqual(new Map([[3, 2]]))
+
+    await writer.query("begin")
+    const refused = await writer
+      .query(`select "${schema}".assert_partition_epochs($1, $2, 'me')`, [[3], [1]])
+      .then(
+        () => undefined,
+        (error: { code?: string; detail?: string }) => error
+      )
+    await writer.query("rollback")
+    writer.release()
+    expect(refused).toMatchObject({ code: "QCF01", detail: "3" })
     await pool.end()
   })
 })

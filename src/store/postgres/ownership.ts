@@ -21,16 +21,31 @@ export const ownershipStatements = (schema: string) => ({
     order by owner`,
   forgetMember: `delete from "${schema}".members where owner = $1`,
   // Takes partitions whose lease ran out (or were released); each claim bumps the epoch, which fences
-  // every write of the previous owner that has not committed yet.
+  // every write of the previous owner that has not committed yet. FOR UPDATE, in partition order,
+  // waits for writes holding KEY SHARE on the rows (migration 0004), and the lease is checked again
+  // once the row is locked.
   claim: `
-    insert into "${schema}".partition_owners (partition, owner, epoch, lease_expires_at)
-    select partition, $2, 1, ${databaseNowMs} + $3 from unnest($1::integer[]) as wanted (partition)
-    on conflict (partition) do update set
-      owner = excluded.owner,
-      epoch = partition_owners.epoch + 1,
-      lease_expires_at = excluded.lease_expires_at
-    where partition_owners.lease_expires_at < ${databaseNowMs}
-    returning partition, epoch::text as epoch`,
+    with expired as (
+      select partition from "${schema}".partition_owners
+      where partition = any($1::integer[]) and lease_expires_at < ${databaseNowMs}
+      order by partition
+      for update
+    ), taken as (
+      update "${schema}".partition_owners as owner_row
+      set owner = $2, epoch = owner_row.epoch + 1, lease_expires_at = ${databaseNowMs} + $3
+      from expired
+      where owner_row.partition = expired.partition and owner_row.lease_expires_at < ${databaseNowMs}
+      returning owner_row.partition, owner_row.epoch
+    ), created as (
+      insert into "${schema}".partition_owners (partition, owner, epoch, lease_expires_at)
+      select partition, $2, 1, ${databaseNowMs} + $3 from unnest($1::integer[]) as wanted (partition)
+      order by partition
+      on conflict (partition) do nothing
+      returning partition, epoch
+    )
+    select partition, epoch::text as epoch from taken
+    union all
+    select partition, epoch::text as epoch from created`,
   renew: `
     update "${schema}".partition_owners as owner_row
     set lease_expires_at = ${databaseNowMs} + $4
