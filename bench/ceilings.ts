@@ -1,0 +1,83 @@
+/**
+ * The Postgres ceiling: what a bare `insert ... select * from unnest(...)` of hold-shaped rows costs
+ * here, one writer, one commit per statement (autocommit, fsync'd), at the batch sizes a group commit
+ * can reach at each concurrency (a commit can carry at most as many decisions as are in flight).
+ * No decision, no reads, no other table: the most a write-through store of one row per decision can do.
+ */
+import { performance } from "node:perf_hooks"
+import type { CpuShares } from "./lib/cpu.js"
+import { startCpuMeter } from "./lib/cpu.js"
+import type { LatencySummary } from "./lib/latency.js"
+import { makeLatencyRecorder } from "./lib/latency.js"
+import { makePool } from "./targets/pgCommon.js"
+
+const schema = "bench_ceiling"
+
+export interface InsertCeiling {
+  readonly batchRows: number
+  readonly commits: number
+  readonly rowsPerSecond: number
+  readonly commitsPerSecond: number
+  /** Latency of one commit (the statement). */
+  readonly latency: LatencySummary
+  readonly cpu: CpuShares
+}
+
+export const measureInsertCeiling = async (
+  connectionString: string,
+  batchSizes: ReadonlyArray<number>,
+  measureMs: number,
+  onTick: (label: string, fraction: number) => void
+): Promise<ReadonlyArray<InsertCeiling>> => {
+  const pool = makePool(connectionString, 1)
+  try {
+    await pool.query(`
+      drop schema if exists ${schema} cascade;
+      create schema ${schema};
+      create table ${schema}.holds (
+        user_id text not null, id text not null, meter text not null, amount bigint not null,
+        consumed bigint not null, state text not null, expires_at bigint not null, created_at bigint not null,
+        closed_at bigint, partition integer not null, primary key (user_id, id)
+      )`)
+    const results: Array<InsertCeiling> = []
+    let sequence = 0
+    for (const batchRows of batchSizes) {
+      const latency = makeLatencyRecorder()
+      const cpuMeter = startCpuMeter(undefined)
+      let commits = 0
+      const started = performance.now()
+      while (performance.now() - started < measureMs) {
+        const users: Array<string> = []
+        const ids: Array<string> = []
+        for (let index = 0; index < batchRows; index += 1) {
+          sequence += 1
+          users.push(`u${sequence % 10_000}`)
+          ids.push(`h${sequence}`)
+        }
+        const now = Date.now()
+        const before = performance.now()
+        await pool.query(
+          `insert into ${schema}.holds
+           select u, i, 'work', 10, 0, 'pending', $3::bigint + 3600000, $3::bigint, null, 0
+           from unnest($1::text[], $2::text[]) as t(u, i)`,
+          [users, ids, now]
+        )
+        latency.recordMs(performance.now() - before)
+        commits += 1
+        onTick(`postgres unnest insert, ${batchRows} rows/commit`, (performance.now() - started) / measureMs)
+      }
+      const elapsedS = (performance.now() - started) / 1000
+      results.push({
+        batchRows,
+        commits,
+        rowsPerSecond: (commits * batchRows) / elapsedS,
+        commitsPerSecond: commits / elapsedS,
+        latency: latency.summary(),
+        cpu: cpuMeter.stop()
+      })
+    }
+    return results
+  } finally {
+    await pool.end()
+  }
+}

@@ -1,0 +1,133 @@
+/**
+ * Starts the coordinator as the deployment runs it: `quota-coordinator serve` (src/cli/main.ts, through
+ * tsx) in its own process, on a fresh database created for this bench run and dropped after, with a
+ * random subject prefix and the bench's meters-and-plans file. Stopped with SIGTERM (it drains).
+ */
+import type { ChildProcess } from "node:child_process"
+import { spawn } from "node:child_process"
+import { randomBytes } from "node:crypto"
+import { existsSync } from "node:fs"
+import { mkdtemp, rm, writeFile } from "node:fs/promises"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { connect } from "@nats-io/transport-node"
+import { partitionOf } from "../../src/domain/partition.js"
+import { sleep } from "../lib/driver.js"
+import { createDatabase, databaseUrl } from "./pgCommon.js"
+import { meterLimits, slotsPerUser } from "./Target.js"
+import { natsUrl } from "./natsTarget.js"
+
+/** The files the coordinator target needs; any missing one means "not yet wired". */
+export const coordinatorFiles = [
+  "src/cli/main.ts",
+  "src/transport/NatsServer.ts",
+  "src/store/postgres/PostgresStore.ts",
+  "src/store/GroupCommit.ts"
+] as const
+
+export const missingCoordinatorFiles = (root: string): ReadonlyArray<string> =>
+  coordinatorFiles.filter((file) => !existsSync(join(root, file)))
+
+/** The bench's meters and plans: `work` (never reached), `hot` (tight), slots for the mix. */
+export const benchConfig = {
+  meters: { work: { period: "month" }, hot: { period: "month" } },
+  plans: { free: { slots: slotsPerUser, limits: { work: meterLimits.work, hot: meterLimits.hot } } },
+  defaultPlan: "free"
+}
+
+export interface CoordinatorProcess {
+  readonly prefix: string
+  readonly partitions: number
+  readonly database: string
+  readonly pid: number
+  /** The last lines it wrote to stderr/stdout (for the report when something failed). */
+  readonly output: () => string
+  readonly stop: () => Promise<void>
+}
+
+const startTimeoutMs = 60_000
+const probeUser = "bench-probe"
+
+export const startCoordinator = async (root: string): Promise<CoordinatorProcess> => {
+  const tag = randomBytes(4).toString("hex")
+  const prefix = `bench_${tag}`
+  const database = `bench_quota_${tag}`
+  const partitions = 64
+  const dropDatabase = await createDatabase(database)
+  const directory = await mkdtemp(join(tmpdir(), "quota-bench-"))
+  const configPath = join(directory, "config.json")
+  await writeFile(configPath, JSON.stringify(benchConfig))
+
+  let output = ""
+  const child: ChildProcess = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", "serve"], {
+    cwd: root,
+    env: {
+      ...process.env,
+      DATABASE_URL: databaseUrl(database),
+      NATS_URL: natsUrl,
+      QUOTA_PREFIX: prefix,
+      QUOTA_PARTITIONS: String(partitions),
+      QUOTA_CONFIG: configPath,
+      LOG_LEVEL: "warn"
+    },
+    stdio: ["ignore", "pipe", "pipe"]
+  })
+  const keep = (chunk: Buffer) => {
+    output = (output + chunk.toString()).slice(-4000)
+  }
+  child.stdout?.on("data", keep)
+  child.stderr?.on("data", keep)
+  let exited = false
+  const exitedPromise = new Promise<void>((resolve) =>
+    child.once("exit", () => {
+      exited = true
+      resolve()
+    })
+  )
+
+  const cleanup = async () => {
+    if (!exited && child.pid !== undefined) {
+      child.kill("SIGTERM")
+      await Promise.race([exitedPromise, sleep(30_000)])
+      if (!exited) child.kill("SIGKILL")
+    }
+    await rm(directory, { recursive: true, force: true })
+    await dropDatabase().catch(() => undefined)
+  }
+
+  // Ready when an admin get_usage is answered (a no-responders rejection means not yet).
+  const nc = await connect({ servers: natsUrl, name: "bench-coordinator-probe" })
+  try {
+    const started = Date.now()
+    for (;;) {
+      if (exited) throw new Error(`the coordinator exited during start:\n${output}`)
+      if (Date.now() - started > startTimeoutMs)
+        throw new Error(`the coordinator did not answer within ${startTimeoutMs} ms:\n${output}`)
+      try {
+        const subject = `${prefix}.v1.${partitionOf(probeUser, partitions)}.admin`
+        const reply = await nc.request(subject, JSON.stringify({ op: "get_usage", user: probeUser }), {
+          timeout: 2_000
+        })
+        const result = reply.json<{ status?: string }>()
+        if (result.status === "ok") break
+      } catch {
+        // not serving yet
+      }
+      await sleep(200)
+    }
+  } catch (error) {
+    await nc.close()
+    await cleanup()
+    throw error
+  }
+  await nc.close()
+
+  return {
+    prefix,
+    partitions,
+    database,
+    pid: child.pid ?? -1,
+    output: () => output,
+    stop: cleanup
+  }
+}
