@@ -115,8 +115,9 @@ export const reserve = (
   if (state.pending.size >= pendingHoldsPerUserMax) return overloaded
 
   const meterState = meterAt(ctx.config, state, command.meter, ctx.now)
-  if (wouldOverflow(meterState.used + meterState.reserved, command.amount)) {
-    return invalidRequest("amount: would take the meter's used + reserved past 2^53-1")
+  // PROTOCOL.md: past 2^53-1 for `used` or `reserved` is invalid; their sum is only ever compared to a limit.
+  if (wouldOverflow(meterState.reserved, command.amount)) {
+    return invalidRequest("amount: would take the meter's reserved past 2^53-1")
   }
   const limit = meterLimit(ctx.config, state, command.meter)
   if (meterState.used + meterState.reserved + command.amount > limit) {
@@ -160,7 +161,7 @@ export const consume = (
   if ((hold.consumeKeys?.size ?? 0) >= consumeKeysPerHoldMax) return overloaded
   const meterState = meterAt(ctx.config, state, hold.meter, ctx.now)
   if (
-    wouldOverflow(meterState.used + meterState.reserved, command.amount) ||
+    wouldOverflow(meterState.used, command.amount) ||
     wouldOverflow(hold.consumed, command.amount)
   ) {
     return invalidRequest("amount: would take the meter's used past 2^53-1")
@@ -196,8 +197,7 @@ export const commit = (
   const finalUsage = command.amount ?? Math.max(hold.amount, hold.consumed)
   const meterState = meterAt(ctx.config, state, hold.meter, ctx.now)
   const charge = finalUsage - hold.consumed
-  // The hold's reserved rest is returned in the same decision, so only the part beyond it can overflow.
-  if (charge > 0 && wouldOverflow(meterState.used + meterState.reserved - holdReserved(hold), charge)) {
+  if (charge > 0 && wouldOverflow(meterState.used, charge)) {
     return invalidRequest("amount: would take the meter's used past 2^53-1")
   }
   const delta = charge >= 0 ? charge : refundDelta(meterState.used, -charge)
@@ -264,7 +264,7 @@ export const adjust = (
   }
   if (meterPeriod(ctx.config, command.meter) === undefined) return unknownMeter
   const meterState = meterAt(ctx.config, state, command.meter, ctx.now)
-  if (command.amount > 0 && wouldOverflow(meterState.used + meterState.reserved, command.amount)) {
+  if (command.amount > 0 && wouldOverflow(meterState.used, command.amount)) {
     return invalidRequest("amount: would take the meter's used past 2^53-1")
   }
   const delta = command.amount >= 0 ? command.amount : refundDelta(meterState.used, -command.amount)

@@ -1,0 +1,93 @@
+/**
+ * Interleavings: the real Coordinator under every order fc.scheduler picks for its store writes and
+ * loads, checked by the auditor and the independent model (see interleavings.ts).
+ */
+import fc from "fast-check"
+import { describe, it } from "vitest"
+import { defaultConfig } from "../../src/domain/config.js"
+import type { StoreEvent } from "../../src/domain/events.js"
+import { makeMemoryStore } from "../../src/store/MemoryStore.js"
+import { startCoordinator } from "../support/harness.js"
+import { assertProperty, propertyTimeoutMs } from "../support/properties.js"
+import { roundCommandsArb, setupArb } from "./arbitraries.js"
+import type { Round, SystemUnderTest } from "./interleavings.js"
+import { runInterleaving } from "./interleavings.js"
+
+/** "ann: hold h1 pending, ledger, usage": what a write carries, short enough for the scheduler's log. */
+const describeEvents = (events: ReadonlyArray<StoreEvent>): string =>
+  events
+    .map((event) => {
+      switch (event.kind) {
+        case "hold":
+          return `${event.user}:hold ${event.hold.id} ${event.hold.state}`
+        case "slot":
+        case "slot_freed":
+          return `${event.user}:${event.kind} ${event.job}`
+        default:
+          return `${event.user}:${event.kind}`
+      }
+    })
+    .join(", ")
+
+const coordinatorUnderTest = (residentActorsMax?: number): SystemUnderTest => ({
+  name: residentActorsMax === undefined ? "Coordinator" : `Coordinator (${residentActorsMax} resident actor)`,
+  config: defaultConfig,
+  exact: true,
+  mayRefuse: residentActorsMax !== undefined,
+  start: async (scheduler, startAt) => {
+    const write = scheduler.scheduleFunction(async function write(_events: string) {})
+    const load = scheduler.scheduleFunction(async function load(_user: string) {})
+    const store = makeMemoryStore({
+      beforeWrite: (events) => write(describeEvents(events)),
+      beforeLoad: (user) => load(user)
+    })
+    const harness = await startCoordinator({
+      config: defaultConfig,
+      store,
+      startAt,
+      ...(residentActorsMax === undefined ? {} : { residentActorsMax })
+    })
+    return {
+      store,
+      fire: harness.fire,
+      advance: harness.advance,
+      errors: () => harness.errors,
+      close: harness.close
+    }
+  }
+})
+
+const roundArb: fc.Arbitrary<Round> = fc.record({
+  commands: roundCommandsArb,
+  advanceMs: fc.constantFrom(0, 0, 1_500, 6_000, 61_000, 130_000)
+})
+
+const roundsArb = fc.array(roundArb, { minLength: 1, maxLength: 5 })
+
+describe("interleavings (fc.scheduler orders every store write and load)", () => {
+  it(
+    "keep used + reserved <= limit, slots <= plan, each id applied once, and answer as the model",
+    async () => {
+      await assertProperty(
+        "interleavings: Coordinator",
+        fc.asyncProperty(setupArb, roundsArb, fc.scheduler(), async (setup, rounds, scheduler) => {
+          await runInterleaving(coordinatorUnderTest(), { setup, rounds, scheduler })
+        })
+      )
+    },
+    propertyTimeoutMs()
+  )
+
+  it(
+    "the same with one resident actor: every other user's command evicts and reloads (or is overloaded)",
+    async () => {
+      await assertProperty(
+        "interleavings: Coordinator with one resident actor",
+        fc.asyncProperty(setupArb, roundsArb, fc.scheduler(), async (setup, rounds, scheduler) => {
+          await runInterleaving(coordinatorUnderTest(1), { setup, rounds, scheduler })
+        })
+      )
+    },
+    propertyTimeoutMs()
+  )
+})

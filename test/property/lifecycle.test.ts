@@ -1,0 +1,240 @@
+/**
+ * The lifecycle property: fc.commands drives the real Coordinator through holds and slots over time
+ * (expiry, lease end, idle actors reloading, a month boundary), retries and duplicates racing each
+ * other, and crashes at random points. The auditor (test/support/worlds.ts) predicts every reply with
+ * the independent model, and after a crash keeps every world the `unavailable` replies leave possible.
+ */
+import { Effect } from "effect"
+import fc from "fast-check"
+import { describe, it } from "vitest"
+import type { Command } from "../../src/domain/commands.js"
+import { defaultConfig } from "../../src/domain/config.js"
+import { makeMemoryStore } from "../../src/store/MemoryStore.js"
+import type { StoreShape } from "../../src/store/Store.js"
+import { auditStore } from "../support/audit.js"
+import { flushTurns, startCoordinator } from "../support/harness.js"
+import type { CoordinatorHarness } from "../support/harness.js"
+import { initialModel } from "../support/model.js"
+import { assertProperty, propertyTimeoutMs } from "../support/properties.js"
+import type { AuditedSystem } from "../support/worlds.js"
+import { Auditor } from "../support/worlds.js"
+import {
+  commandArb,
+  holdChainArb,
+  propertyUsers,
+  setupArb,
+  showCommand,
+  slotChainArb
+} from "./arbitraries.js"
+
+const config = defaultConfig
+
+/** 2026-01-31T22:00:00Z: two hours before a month boundary. */
+const startAt = Date.UTC(2026, 0, 31, 22)
+
+/** The runs stay inside the 7-day retry window, so every closed id is still remembered. */
+const elapsedMax = 6 * 86_400_000
+
+/**
+ * Where a crash finds writes: "open" (not held), "before" (held before they apply: they will not),
+ * "after" (held after they applied, before the actor hears: applied, yet answered `unavailable`).
+ */
+type Gate = "open" | "before" | "after"
+
+interface Real extends AuditedSystem {
+  readonly harness: CoordinatorHarness
+  readonly store: ReturnType<typeof makeMemoryStore>
+  readonly setGate: (gate: Gate) => void
+  /** Lets the writes a crash held go on (the fenced store must refuse them). */
+  readonly releaseHeld: () => void
+}
+
+const startReal = async (): Promise<Real> => {
+  const held: Array<() => void> = []
+  const control: { gate: Gate } = { gate: "open" }
+  const holdIf = (gate: Gate): Promise<void> =>
+    control.gate === gate ? new Promise<void>((resolve) => held.push(resolve)) : Promise.resolve()
+  const store = makeMemoryStore({ beforeWrite: () => holdIf("before") })
+  const gated: StoreShape = {
+    ...store,
+    write: (events) =>
+      Effect.andThen(
+        store.write(events),
+        Effect.promise(() => holdIf("after"))
+      )
+  }
+  const harness = await startCoordinator({ config, store: gated, startAt })
+  return {
+    harness,
+    store,
+    setGate: (gate) => {
+      control.gate = gate
+    },
+    fire: harness.fire,
+    advance: harness.advance,
+    sweep: async () => {
+      await harness.sweepOnce()
+    },
+    crash: async () => {
+      store.fence()
+      await harness.dropAllActors()
+      control.gate = "open"
+    },
+    dueRows: (now) => {
+      const due: Array<string> = []
+      for (const [user, rows] of store.rows) {
+        for (const hold of rows.holds.values()) {
+          if (hold.state === "pending" && hold.expiresAt <= now) due.push(`${user} hold ${hold.id}`)
+        }
+        for (const [job, leaseExpiresAt] of rows.slots)
+          if (leaseExpiresAt <= now) due.push(`${user} slot ${job}`)
+      }
+      return due
+    },
+    releaseHeld: () => {
+      for (const release of held.splice(0)) release()
+    }
+  }
+}
+
+interface World {
+  readonly auditor: Auditor
+}
+
+type LifecycleCommand = fc.AsyncCommand<World, Real>
+
+class Send implements LifecycleCommand {
+  constructor(readonly commands: ReadonlyArray<Command>) {}
+  check = () => true
+  run = async (model: World, real: Real) => {
+    for (const command of this.commands) await model.auditor.exchange(real, [command])
+  }
+  toString = () => this.commands.map(showCommand).join("; ")
+}
+
+/** Fires several commands without awaiting: duplicates and retries racing the original. */
+class Concurrent implements LifecycleCommand {
+  constructor(readonly commands: ReadonlyArray<Command>) {}
+  check = () => true
+  run = async (model: World, real: Real) => {
+    await model.auditor.exchange(real, this.commands)
+  }
+  toString = () => `concurrently(${this.commands.map(showCommand).join(" | ")})`
+}
+
+class Advance implements LifecycleCommand {
+  constructor(readonly ms: number) {}
+  check = (model: Readonly<World>) => model.auditor.now + this.ms - startAt <= elapsedMax
+  run = async (model: World, real: Real) => {
+    await model.auditor.advance(real, this.ms)
+  }
+  toString = () => `advance(${this.ms} ms)`
+}
+
+class Crash implements LifecycleCommand {
+  constructor(
+    readonly commands: ReadonlyArray<Command>,
+    readonly gate: Gate,
+    readonly turns: number,
+    /** Whether the held writes go on only after the users were reloaded: an old owner waking up late. */
+    readonly late: boolean
+  ) {}
+  check = () => true
+  run = async (model: World, real: Real) => {
+    real.setGate(this.gate)
+    await model.auditor.crash(real, this.commands, this.turns)
+    if (this.late) {
+      await model.auditor.exchange(
+        real,
+        propertyUsers.map((user): Command => ({ op: "get_usage", user }))
+      )
+    }
+    real.releaseHeld()
+    await flushTurns(5)
+  }
+  toString = () =>
+    `crash(writes ${this.gate}${this.late ? " released late" : ""}, after ${this.turns} turns, in flight: ${this.commands.map(showCommand).join(" | ")})`
+}
+
+const retriedArb: fc.Arbitrary<Array<Command>> = fc
+  .tuple(commandArb, fc.array(commandArb, { maxLength: 2 }), fc.boolean())
+  .map(([command, others, reversed]) => {
+    // The command twice (a retry racing the original) among others, in either order.
+    const list = [command, ...others, command]
+    return reversed ? list.reverse() : list
+  })
+
+const sendArb: fc.Arbitrary<LifecycleCommand> = fc
+  .oneof(
+    { weight: 6, arbitrary: commandArb.map((command) => [command]) },
+    { weight: 3, arbitrary: holdChainArb },
+    { weight: 2, arbitrary: slotChainArb }
+  )
+  .map((commands) => new Send(commands))
+
+const concurrentArb: fc.Arbitrary<LifecycleCommand> = fc
+  .oneof(retriedArb, fc.array(commandArb, { minLength: 2, maxLength: 4 }), slotChainArb, holdChainArb)
+  .map((commands) => new Concurrent(commands))
+
+const advanceArb: fc.Arbitrary<LifecycleCommand> = fc
+  .constantFrom(500, 1_000, 1_500, 5_000, 30_000, 61_000, 600_000, 3_600_000, 7_200_000)
+  .map((ms) => new Advance(ms))
+
+const crashArb: fc.Arbitrary<LifecycleCommand> = fc
+  .record({
+    commands: fc.oneof(fc.array(commandArb, { minLength: 1, maxLength: 4 }), holdChainArb, slotChainArb),
+    gate: fc.constantFrom<Gate>("open", "before", "after"),
+    turns: fc.constantFrom(0, 1, 2, 3, 5, 8, 13),
+    late: fc.boolean()
+  })
+  .map(({ commands, gate, turns, late }) => new Crash(commands, gate, turns, late))
+
+/** fc.commands picks among these uniformly: the repeats are the weights. */
+const lifecycleCommandArbs: Array<fc.Arbitrary<LifecycleCommand>> = [
+  sendArb,
+  sendArb,
+  sendArb,
+  concurrentArb,
+  concurrentArb,
+  advanceArb,
+  advanceArb,
+  crashArb
+]
+
+const lifecycleCommands = fc.commands(lifecycleCommandArbs, { maxCommands: 60, size: "+1" })
+
+describe("lifecycle (fc.commands: holds, slots, time, retries, crashes)", () => {
+  it(
+    "answers every command as the model (or a world a crash left possible) and keeps the rows sound",
+    async () => {
+      await assertProperty(
+        "lifecycle",
+        fc.asyncProperty(setupArb, lifecycleCommands, async (setup, commands) => {
+          const real = await startReal()
+          try {
+            const auditor = new Auditor(config, propertyUsers, initialModel(startAt))
+            for (const command of setup) await auditor.exchange(real, [command])
+            await fc.asyncModelRun(() => ({ model: { auditor }, real }), commands)
+            // Settle every waiter, then check the durable rows.
+            await auditor.advance(real, 31_000)
+            const problems = [
+              ...real.harness.errors
+                .filter((error) => !error.includes("fenced"))
+                .map((error) => `internal error: ${error}`),
+              ...auditStore(
+                config,
+                real.store,
+                auditor.now,
+                new Set(propertyUsers.map((user) => `${user}|*`))
+              )
+            ]
+            if (problems.length > 0) throw new Error(problems.join("\n"))
+          } finally {
+            await real.harness.close()
+          }
+        })
+      )
+    },
+    propertyTimeoutMs()
+  )
+})
