@@ -160,10 +160,7 @@ export const consume = (
   if (hold.state !== "pending") return holdResult(ctx, state, "closed", hold)
   if ((hold.consumeKeys?.size ?? 0) >= consumeKeysPerHoldMax) return overloaded
   const meterState = meterAt(ctx.config, state, hold.meter, ctx.now)
-  if (
-    wouldOverflow(meterState.used, command.amount) ||
-    wouldOverflow(hold.consumed, command.amount)
-  ) {
+  if (wouldOverflow(meterState.used, command.amount) || wouldOverflow(hold.consumed, command.amount)) {
     return invalidRequest("amount: would take the meter's used past 2^53-1")
   }
   const reservedBefore = holdReserved(hold)
