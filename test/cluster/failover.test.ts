@@ -1,0 +1,128 @@
+/**
+ * Failover (scaling out): three `serve` processes share 16 partitions; under a concurrent load through
+ * the SDK one of them is killed with SIGKILL. Its partitions must be served again within the lease plus
+ * a few seconds (measured: from the kill until every partition answers a probe `get_usage`), every
+ * client call must complete through the SDK's retries, and Postgres must afterwards satisfy the
+ * invariant and hold every acknowledged grant.
+ */
+import { connect } from "@nats-io/transport-node"
+import type { NatsConnection } from "@nats-io/transport-node"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { checkDatabase } from "../support/databaseChecks.js"
+import type { TestDatabase } from "../support/processes.js"
+import { createTestDatabase, randomPrefix, stopServe } from "../support/processes.js"
+import type { Member } from "./cluster.js"
+import {
+  Load,
+  clientOverGrants,
+  databaseAgainstClients,
+  describeFailures,
+  outputs,
+  ownerRows,
+  sleep,
+  startCluster,
+  timeUntilEveryPartitionAnswers
+} from "./cluster.js"
+
+const partitions = 16
+const leaseMs = 1_500
+/** "Within the lease time plus a few seconds." */
+const failoverBoundMs = leaseMs + 3_000
+const servers = "127.0.0.1:4222"
+
+describe("cluster: SIGKILL of one of three processes under load", () => {
+  let database: TestDatabase
+  let nc: NatsConnection
+  let members: Array<Member> = []
+  const prefix = randomPrefix("fo")
+
+  beforeAll(async () => {
+    database = await createTestDatabase("failover")
+    nc = await connect({ servers })
+  })
+
+  afterAll(async () => {
+    for (const member of members) await stopServe(member.serve, "SIGKILL")
+    await nc?.close()
+    await database?.drop()
+  })
+
+  it("serves the killed process's partitions again within the lease plus a few seconds, losing nothing", async () => {
+    const env = {
+      DATABASE_URL: database.url,
+      QUOTA_PREFIX: prefix,
+      QUOTA_PARTITIONS: String(partitions),
+      QUOTA_LEASE_MS: String(leaseMs)
+    }
+    members = await startCluster(env, database.pool, partitions, 3)
+
+    const load = await Load.start({
+      servers,
+      prefix,
+      partitions,
+      label: "fo",
+      workers: 32,
+      usersPerPartition: 3,
+      limit: 12,
+      amountMax: 3,
+      seed: 1,
+      // Generous enough for a failover: attempts every 25..250 ms, 1 s per attempt, for ~40 attempts.
+      client: { timeoutMs: 1_000, retry: { attemptsMax: 40, baseDelayMs: 25, delayMsMax: 250 } }
+    })
+    const loadStarted = Date.now()
+    await sleep(3_000)
+
+    const victim = members[0]!
+    const before = await ownerRows(database.pool)
+    const victimPartitions = before.filter((row) => row.owner === victim.owner).map((row) => row.partition)
+    expect(victimPartitions.length).toBeGreaterThan(0)
+
+    const killedAt = Date.now()
+    victim.serve.child.kill("SIGKILL")
+    await victim.serve.exited
+    const firstOk = await timeUntilEveryPartitionAnswers(nc, prefix, partitions, killedAt, 20_000)
+    const failoverMs = Math.max(...firstOk.values())
+    const perPartition = victimPartitions.map((partition) => `${partition}: ${firstOk.get(partition)} ms`)
+
+    // Keep the load on the new owners for a while, then let every call finish.
+    await sleep(3_000)
+    const report = await load.stop()
+
+    const after = await ownerRows(database.pool)
+    const survivors = members.slice(1).map((member) => member.owner)
+    const database_ = await checkDatabase(database.pool, load.snapshot())
+    const overGrants = clientOverGrants(load)
+    const mismatches = await databaseAgainstClients(database.pool, load)
+
+    console.log(
+      `failover: killed ${victim.owner} owning partitions ${victimPartitions.join(", ")}; every partition ` +
+        `answered again ${failoverMs} ms after the kill (lease ${leaseMs} ms; per partition: ${perPartition.join(", ")}). ` +
+        `Load: ${report.cycles} cycles, ${report.granted} grants, ${report.refused} refusals ` +
+        `(limit hit), ${report.users} users, ${report.retries} retries, longest call ${report.longestCallMs} ms; ` +
+        `${database_.checked} acknowledgements checked, ${database_.violations.length + overGrants.length + mismatches.length} violations`
+    )
+
+    expect(
+      report.failures,
+      `${describeFailures(report.failures, loadStarted)}\nload started at ${loadStarted}, kill at ${killedAt}\n${outputs(members)}`
+    ).toEqual([])
+    expect(database_.violations).toEqual([])
+    expect(overGrants).toEqual([])
+    expect(mismatches).toEqual([])
+    expect(failoverMs, `every partition answered again ${failoverMs} ms after the kill`).toBeLessThanOrEqual(
+      failoverBoundMs
+    )
+    // The survivors own every partition, and the dead process nothing.
+    expect(
+      after.every((row) => row.live && survivors.includes(row.owner)),
+      JSON.stringify(after)
+    ).toBe(true)
+    // The load really ran through the failover and really hit the limit.
+    expect(report.granted).toBeGreaterThan(200)
+    expect(report.refused).toBeGreaterThan(50)
+
+    for (const member of members.slice(1)) {
+      expect(await stopServe(member.serve), outputs([member])).toBe(0)
+    }
+  }, 120_000)
+})
