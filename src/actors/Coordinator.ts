@@ -66,6 +66,8 @@ export interface CoordinatorOptions {
   readonly onPersisted?: (events: ReadonlyArray<StoreEvent>) => void
   /** The deployment's partition count; needed by dropPartitions. Default partitionsDefault. */
   readonly partitions?: number
+  /** Scaled out: whether this process may decide for the user now (see ActorSettings.servable). */
+  readonly servable?: (user: string) => boolean
   /** Partitions this process owns, for the orphan sweep; undefined sweeps every user (one process). */
   readonly ownedPartitions?: () => ReadonlyArray<number> | undefined
 }
@@ -108,6 +110,7 @@ export const makeCoordinator = (
       random: () => random.nextDoubleUnsafe(),
       decisionsPerWriteMax: options.decisionsPerWriteMax ?? actorDecisionsPerWriteMax,
       scheduleDeadline,
+      servable: options.servable ?? (() => true),
       assertFull: options.assertFull ?? false,
       onError: options.onError ?? (() => {}),
       onPersisted: options.onPersisted ?? (() => {}),

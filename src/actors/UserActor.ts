@@ -35,6 +35,12 @@ export interface ActorSettings {
   readonly onError: (user: string, message: string, cause: unknown) => void
   /** Called with each group's events once the store confirmed them (logs of expiries, metrics). */
   readonly onPersisted: (events: ReadonlyArray<StoreEvent>) => void
+  /**
+   * Whether this process may decide for the user now (scaled out: it holds the partition and its
+   * lease has not run out locally). When not, commands are answered `unavailable`, undecided: the
+   * actor's memory may be stale, and the partition's owner is elsewhere or about to be.
+   */
+  readonly servable: (user: string) => boolean
   /** Asks for a `tick` at `deadline` (null: nothing due); a later call replaces the earlier one. */
   readonly scheduleDeadline: (actor: UserActor, deadline: number | null) => void
   /** Called once, synchronously, when the actor stops taking commands (idle, load failure). */
@@ -163,6 +169,10 @@ const actorLoop = (actor: UserActor, settings: ActorSettings): Effect.Effect<voi
       // Timers and idle eviction live in the coordinator (one timer for all actors): the loop only
       // waits on its mailbox, where a due deadline arrives as a `tick`.
       const envelopes = yield* Queue.takeBetween(actor.mailbox, 1, settings.decisionsPerWriteMax)
+      if (!settings.servable(actor.user)) {
+        for (const { reply } of envelopes) answer(reply, unavailable)
+        continue
+      }
       actor.busy = true
       actor.inFlight = envelopes
       const decidedAt = yield* Clock.currentTimeMillis

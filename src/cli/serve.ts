@@ -9,6 +9,7 @@ import type { CoordinatorShape } from "../actors/Coordinator.js"
 import { Coordinator, coordinatorLayer } from "../actors/Coordinator.js"
 import type { OwnershipOptions, OwnershipState } from "../cluster/PartitionOwnership.js"
 import { leaveOwnership, makeOwnershipState, runOwnership } from "../cluster/PartitionOwnership.js"
+import { partitionOf } from "../domain/partition.js"
 import type { Fence } from "../store/Fence.js"
 import { makeOwnershipQueries } from "../store/postgres/ownership.js"
 import { loadConfig } from "../config/configFile.js"
@@ -66,7 +67,9 @@ export const storeLayerFor = (settings: Settings, target: DatabaseTarget, fence?
     ...(target.poolMax === undefined ? {} : { poolMax: target.poolMax }),
     // PGlite's single session is not known to take pipelined transactions; a real server does.
     pipelined: !target.embedded,
-    ...(fence === undefined ? {} : { fence })
+    ...(fence === undefined
+      ? {}
+      : { fence, idleInTransactionMs: Math.max(500, Math.floor(settings.partitionLeaseMs / 2)) })
   })
 
 /** Logs what the actors persisted that no request answered: expiries. */
@@ -89,7 +92,12 @@ export const coordinatorLayerFor = (
   coordinatorLayer({
     config,
     partitions,
-    ...(ownership === undefined ? {} : { ownedPartitions: () => [...ownership.epochs.keys()] }),
+    ...(ownership === undefined
+      ? {}
+      : {
+          ownedPartitions: () => [...ownership.epochs.keys()],
+          servable: (user: string) => ownership.servable(partitionOf(user, partitions))
+        }),
     onError: (user, message, cause) => logger.error({ user, err: cause }, message),
     onPersisted: logPersisted(logger)
   })
@@ -133,7 +141,14 @@ const startOwnership = (
   logger: Logger
 ) =>
   Effect.gen(function* () {
-    const pool = yield* scopedPool(poolConfig(target.connectionString, ownershipPoolConnections))
+    // Bounded waits: a round must not hang behind a paused process's locks (claims also skip
+    // locked rows) or a slow server, or this process's own leases would lapse meanwhile.
+    const pool = yield* scopedPool(
+      poolConfig(target.connectionString, ownershipPoolConnections, false, {
+        lockTimeoutMs: Math.max(100, Math.floor(settings.partitionLeaseMs / 4)),
+        queryTimeoutMs: Math.max(500, Math.floor(settings.partitionLeaseMs / 2))
+      })
+    )
     const options: OwnershipOptions = {
       state: ownership,
       queries: makeOwnershipQueries(pool, "quota"),

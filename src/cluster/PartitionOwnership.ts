@@ -13,7 +13,7 @@
  */
 import { hostname } from "node:os"
 import { randomUUID } from "node:crypto"
-import { Effect, Exit, Cause } from "effect"
+import { Cause, Deferred, Effect, Exit } from "effect"
 import type { Fence } from "../store/Fence.js"
 import type { OwnershipQueries } from "../store/postgres/ownership.js"
 
@@ -21,32 +21,53 @@ export interface OwnershipState {
   readonly owner: string
   /** partition -> epoch this process holds it under. */
   readonly epochs: Map<number, number>
-  /** Partitions a write found superseded: stepped down from at the next round. */
+  /**
+   * partition -> until when (performance.now(), ms) this process may answer for it: when its last
+   * successful renewal or claim was sent, plus most of the lease. The database's lease began no
+   * earlier, so past this moment another process may own it; a process that was paused finds its
+   * time passed and answers `unavailable` instead of deciding from memory that may be stale.
+   */
+  readonly servableUntil: Map<number, number>
+  /** Partitions a write found superseded: stepped down from at once (the round is woken). */
   readonly superseded: Set<number>
   readonly fence: Fence
+  /** Whether this process may decide for `partition` now. */
+  readonly servable: (partition: number) => boolean
+  /** Wakes the ownership loop for an immediate round (set by runOwnership). */
+  wake: () => void
 }
+
+/** The part of the lease a process counts on locally; the rest absorbs scheduling delays. */
+export const servableShareOfLease = 0.8
 
 export const makeOwnerId = (): string => `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`
 
 export const makeOwnershipState = (owner: string = makeOwnerId()): OwnershipState => {
   const epochs = new Map<number, number>()
+  const servableUntil = new Map<number, number>()
   const superseded = new Set<number>()
-  return {
+  const state: OwnershipState = {
     owner,
     epochs,
+    servableUntil,
     superseded,
+    servable: (partition) => epochs.has(partition) && performance.now() < (servableUntil.get(partition) ?? 0),
+    wake: () => {},
     fence: {
       owner,
       epochOf: (partition) => epochs.get(partition),
       superseded: (partitions) => {
-        // Stop writing them at once; the round stops serving them.
+        // Stop writing and answering them at once, and step down now rather than next round.
         for (const partition of partitions) {
           epochs.delete(partition)
+          servableUntil.delete(partition)
           superseded.add(partition)
         }
+        state.wake()
       }
     }
   }
+  return state
 }
 
 export interface OwnershipOptions {
@@ -78,7 +99,10 @@ export const fairShare = (
 const stepDown = (options: OwnershipOptions, partitions: ReadonlyArray<number>, reason: string) =>
   Effect.gen(function* () {
     if (partitions.length === 0) return
-    for (const partition of partitions) options.state.epochs.delete(partition)
+    for (const partition of partitions) {
+      options.state.epochs.delete(partition)
+      options.state.servableUntil.delete(partition)
+    }
     yield* options.stop(partitions)
     options.log("stepped down from partitions", { partitions, reason })
   })
@@ -95,7 +119,10 @@ export const ownershipRound = (options: OwnershipOptions) =>
     const members = yield* queries.liveMembers(leaseMs)
     const share = new Set(fairShare(state.owner, members, options.partitions))
 
+    const servableFor = leaseMs * servableShareOfLease
+    const renewSentAt = performance.now()
     const kept = yield* queries.renew(state.owner, state.epochs, leaseMs)
+    for (const partition of kept) state.servableUntil.set(partition, renewSentAt + servableFor)
     yield* stepDown(
       options,
       [...state.epochs.keys()].filter((partition) => !kept.has(partition)),
@@ -109,26 +136,38 @@ export const ownershipRound = (options: OwnershipOptions) =>
     }
 
     const wanted = [...share].filter((partition) => !state.epochs.has(partition))
+    const claimSentAt = performance.now()
     const claimed = yield* queries.claim(state.owner, wanted, leaseMs)
     if (claimed.size > 0) {
-      for (const [partition, epoch] of claimed) state.epochs.set(partition, epoch)
+      for (const [partition, epoch] of claimed) {
+        state.epochs.set(partition, epoch)
+        state.servableUntil.set(partition, claimSentAt + servableFor)
+      }
       const partitions = [...claimed.keys()].sort((left, right) => left - right)
       yield* options.serve(partitions)
       options.log("claimed partitions", { partitions, members: members.length })
     }
   })
 
-/** Runs rounds until interrupted; a failed round (Postgres away) is logged and retried next round. */
+/**
+ * Runs rounds until interrupted; a failed round (Postgres away) is logged and retried next round. A
+ * write that finds its epoch superseded wakes the loop for an immediate round, which steps down.
+ */
 export const runOwnership = (options: OwnershipOptions): Effect.Effect<never> =>
-  Effect.forever(
-    Effect.gen(function* () {
-      const round = yield* Effect.exit(ownershipRound(options))
-      if (Exit.isFailure(round)) {
-        options.log("ownership round failed", { error: String(Cause.squash(round.cause)) })
-      }
-      yield* Effect.sleep(options.renewIntervalMs)
-    })
-  )
+  Effect.gen(function* () {
+    let woken = Deferred.makeUnsafe<void>()
+    options.state.wake = () => Deferred.doneUnsafe(woken, Exit.void)
+    return yield* Effect.forever(
+      Effect.gen(function* () {
+        if (Deferred.isDoneUnsafe(woken)) woken = Deferred.makeUnsafe<void>()
+        const round = yield* Effect.exit(ownershipRound(options))
+        if (Exit.isFailure(round)) {
+          options.log("ownership round failed", { error: String(Cause.squash(round.cause)) })
+        }
+        yield* Effect.raceFirst(Effect.sleep(options.renewIntervalMs), Deferred.await(woken))
+      })
+    )
+  })
 
 /** Graceful leave: mark leaving, hand every partition off cleanly, release the leases, forget the member. */
 export const leaveOwnership = (options: OwnershipOptions) =>

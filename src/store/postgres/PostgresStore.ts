@@ -239,6 +239,11 @@ export interface PostgresStoreLayerOptions {
    * false, as its single session is not known to take pipelined transactions.
    */
   readonly pipelined?: boolean
+  /**
+   * Scaled out: a process paused inside a write holds its partitions' owner rows (KEY SHARE) until
+   * Postgres ends its session; this bounds that, so a claim is not held back much past the lease.
+   */
+  readonly idleInTransactionMs?: number
 }
 
 export type PostgresStoreLayerError =
@@ -248,16 +253,31 @@ export type PostgresStoreLayerError =
 export const poolConnectionsDefault = 10
 
 /** The pool's settings: bounded waits, so a dead server fails calls instead of hanging them. */
+/** Server-side bounds of a pool's sessions, so a stalled or paused process cannot hold locks for long. */
+export interface SessionBounds {
+  /** Postgres ends a session left idle inside a transaction this long, releasing its locks. */
+  readonly idleInTransactionMs?: number
+  /** A statement waiting this long for a lock fails instead of waiting on. */
+  readonly lockTimeoutMs?: number
+  /** Client-side wait for a statement's answer (default storeQueryTimeoutMs). */
+  readonly queryTimeoutMs?: number
+}
+
 export const poolConfig = (
   connectionString: string,
   poolMax: number = poolConnectionsDefault,
-  pipeline = false
+  pipeline = false,
+  bounds: SessionBounds = {}
 ): pg.PoolConfig => ({
   connectionString,
   max: poolMax,
   pipeline,
+  ...(bounds.idleInTransactionMs === undefined
+    ? {}
+    : { idle_in_transaction_session_timeout: bounds.idleInTransactionMs }),
+  ...(bounds.lockTimeoutMs === undefined ? {} : { lock_timeout: bounds.lockTimeoutMs }),
   connectionTimeoutMillis: storeConnectTimeoutMs,
-  query_timeout: storeQueryTimeoutMs
+  query_timeout: bounds.queryTimeoutMs ?? storeQueryTimeoutMs
 })
 
 /** A pool that lives as long as the scope. */
@@ -285,7 +305,13 @@ export const postgresStoreLayer = (
     Effect.gen(function* () {
       const schema = options.schema ?? defaultSchema
       const pipelined = options.pipelined ?? true
-      const pool = yield* scopedPool(poolConfig(options.connectionString, options.poolMax, pipelined))
+      const pool = yield* scopedPool(
+        poolConfig(options.connectionString, options.poolMax, pipelined, {
+          ...(options.idleInTransactionMs === undefined
+            ? {}
+            : { idleInTransactionMs: options.idleInTransactionMs })
+        })
+      )
       yield* migrate(pool, schema)
       yield* ensureSettings(pool, schema, { prefix: options.prefix, partitions: options.partitions })
       return yield* makePostgresStore({

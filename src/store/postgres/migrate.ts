@@ -87,6 +87,11 @@ const migrateStep = async (
 ): Promise<StepOutcome> => {
   const client = await pool.connect()
   let broken: Error | undefined
+  // A dying connection also emits 'error' on a checked-out client: heard here, not a process crash.
+  const onConnectionError = (error: Error) => {
+    broken = error
+  }
+  client.on("error", onConnectionError)
   try {
     await client.query("begin")
     // hashtext gives an int4; the lock is per schema name, held until commit or rollback.
@@ -130,6 +135,7 @@ const migrateStep = async (
     throw cause
   } finally {
     // A client whose rollback failed is in an unknown state: destroy it rather than reuse it.
+    client.off("error", onConnectionError)
     client.release(broken)
   }
 }

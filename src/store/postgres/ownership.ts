@@ -21,15 +21,16 @@ export const ownershipStatements = (schema: string) => ({
     order by owner`,
   forgetMember: `delete from "${schema}".members where owner = $1`,
   // Takes partitions whose lease ran out (or were released); each claim bumps the epoch, which fences
-  // every write of the previous owner that has not committed yet. FOR UPDATE, in partition order,
-  // waits for writes holding KEY SHARE on the rows (migration 0004), and the lease is checked again
-  // once the row is locked.
+  // every write of the previous owner that has not committed yet. FOR UPDATE conflicts with the KEY
+  // SHARE a write holds on its owner rows (migration 0004): a row with a write in flight is skipped
+  // this round (SKIP LOCKED) and claimed once that write has committed or failed, so no write of the
+  // old epoch can land after the claim, and a paused writer holds back only its own partitions.
   claim: `
     with expired as (
       select partition from "${schema}".partition_owners
       where partition = any($1::integer[]) and lease_expires_at < ${databaseNowMs}
       order by partition
-      for update
+      for update skip locked
     ), taken as (
       update "${schema}".partition_owners as owner_row
       set owner = $2, epoch = owner_row.epoch + 1, lease_expires_at = ${databaseNowMs} + $3

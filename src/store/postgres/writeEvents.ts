@@ -247,6 +247,12 @@ export const writeGroup = async (
 
   const client = await pool.connect()
   let broken: Error | undefined
+  // A checked-out client whose connection dies (Postgres ended the session, the network went) emits
+  // 'error' besides failing its queries; unheard, that event would crash the process.
+  const onConnectionError = (error: Error) => {
+    broken = error
+  }
+  client.on("error", onConnectionError)
   try {
     const settled = pipelined
       ? await Promise.allSettled(all.map((query) => client.query(query.text, [...query.values])))
@@ -271,6 +277,7 @@ export const writeGroup = async (
     })
     throw cause
   } finally {
+    client.off("error", onConnectionError)
     client.release(broken)
   }
 }
