@@ -101,7 +101,11 @@ const brokenCommand = fc.oneof(
   fc.record({
     base: fc.constant({ op: "acquire_slot", user, job: "j" }),
     field: fc.constant("waitMs"),
-    value: fc.oneof(fc.integer({ max: -1 }), fc.integer({ min: 300_001 }), fc.double({ min: 0.1, max: 0.9, noNaN: true }))
+    value: fc.oneof(
+      fc.integer({ max: -1 }),
+      fc.integer({ min: 300_001 }),
+      fc.double({ min: 0.1, max: 0.9, noNaN: true })
+    )
   }),
   fc.record({
     base: fc.constant({ op: "get_usage", user }),
