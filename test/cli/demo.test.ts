@@ -7,7 +7,8 @@
 import { spawn } from "node:child_process"
 import { existsSync } from "node:fs"
 import { describe, expect, it } from "vitest"
-import { grouped, parseDemoArgs } from "../../src/cli/demo.js"
+import { parseDemoArgs } from "../../src/cli/demo.js"
+import { grouped } from "../../src/cli/demoOutput.js"
 import { scenarios } from "../../src/cli/demoScenarios.js"
 
 interface Run {
