@@ -2,7 +2,7 @@
  * The coordinator: routes each command to its user's actor, creating actors on first use (state loaded
  * from the store), capping how many are resident, and sweeping expiries of users with no resident actor.
  */
-import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Queue, Random, Scope } from "effect"
+import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Random, Scope } from "effect"
 import type { Command } from "../domain/commands.js"
 import type { Config } from "../domain/config.js"
 import type { StoreEvent } from "../domain/events.js"
@@ -23,7 +23,7 @@ import { decideSystemJob } from "../domain/slots.js"
 import { Store } from "../store/Store.js"
 import { DeadlineHeap } from "./DeadlineHeap.js"
 import type { ActorSettings, Envelope, UserActor } from "./UserActor.js"
-import { makeUserActor, runUserActor } from "./UserActor.js"
+import { closeActor, makeUserActor, parkedCount, runUserActor } from "./UserActor.js"
 
 export interface CoordinatorShape {
   /** Decides one command through its user's actor; never fails: store trouble answers `unavailable`, a full mailbox `overloaded`. */
@@ -120,17 +120,20 @@ export const makeCoordinator = (
     }
 
     const isIdle = (resident: ResidentActor): boolean =>
-      !resident.actor.busy &&
-      resident.actor.parked.size === 0 &&
-      Queue.sizeUnsafe(resident.actor.mailbox) === 0
+      !resident.actor.busy && parkedCount(resident.actor) === 0 && resident.actor.mailbox.length === 0
+
+    /** Forgets an idle actor: it has no fiber, so its memory goes with it. */
+    const evict = (resident: ResidentActor): void => {
+      actors.delete(resident.actor.user)
+      resident.actor.closed = true
+      resident.actor.state = undefined
+    }
 
     /** Makes room for one more actor by evicting the least recently used idle one. */
     const evictOne = (): boolean => {
-      for (const [user, resident] of actors) {
+      for (const resident of actors.values()) {
         if (!isIdle(resident)) continue
-        actors.delete(user)
-        resident.actor.closed = true
-        if (resident.fiber !== undefined) runFork(Fiber.interrupt(resident.fiber))
+        evict(resident)
         return true
       }
       return false
@@ -145,12 +148,22 @@ export const makeCoordinator = (
         return resident.actor
       }
       if (actors.size >= maxResident && !evictOne()) return undefined
-      const actor = makeUserActor(user, Effect.runSync(Queue.bounded<Envelope>(capacity)))
-      actor.lastActiveAt = clock.currentTimeMillisUnsafe()
-      const entry: ResidentActor = { actor, fiber: undefined }
-      actors.set(user, entry)
-      entry.fiber = runFork(runUserActor(actor, settings))
+      const actor = makeUserActor(user, clock.currentTimeMillisUnsafe())
+      actors.set(user, { actor, fiber: undefined })
       return actor
+    }
+
+    /** Queues a command; the actor's fiber is started if it is not running. False when the mailbox is full. */
+    const offer = (actor: UserActor, envelope: Envelope): boolean => {
+      if (actor.mailbox.length >= capacity) return false
+      actor.mailbox.push(envelope)
+      if (!actor.busy) {
+        actor.busy = true
+        const resident = actors.get(actor.user)
+        const fiber = runFork(runUserActor(actor, settings))
+        if (resident !== undefined && resident.actor === actor) resident.fiber = fiber
+      }
+      return true
     }
 
     const enqueue = (command: Command): Deferred.Deferred<Result> => {
@@ -163,7 +176,7 @@ export const makeCoordinator = (
         return reply
       }
       const actor = actorFor(command.user)
-      if (actor === undefined || !Queue.offerUnsafe(actor.mailbox, { command, reply })) {
+      if (actor === undefined || !offer(actor, { command, reply })) {
         Deferred.doneUnsafe(reply, Exit.succeed(overloaded))
       }
       return reply
@@ -177,10 +190,7 @@ export const makeCoordinator = (
         if (actor === undefined || actor.closed || actor.scheduledDeadline !== top.at) continue
         actor.scheduledDeadline = Infinity
         // A full mailbox needs no tick: its next group applies everything due and schedules again.
-        Queue.offerUnsafe(actor.mailbox, {
-          command: { op: "tick", user: actor.user },
-          reply: Deferred.makeUnsafe<Result>()
-        })
+        offer(actor, { command: { op: "tick", user: actor.user }, reply: Deferred.makeUnsafe<Result>() })
       }
     }
 
@@ -207,13 +217,7 @@ export const makeCoordinator = (
         if (resident.actor.lastActiveAt + idleMs > now) break
         if (isIdle(resident)) idle.push(resident)
       }
-      for (const resident of idle) {
-        actors.delete(resident.actor.user)
-        resident.actor.closed = true
-      }
-      yield* Fiber.interruptAll(
-        idle.flatMap((resident) => (resident.fiber === undefined ? [] : [resident.fiber]))
-      )
+      for (const resident of idle) evict(resident)
     })
 
     const sweepOnce = Effect.gen(function* () {
@@ -232,13 +236,16 @@ export const makeCoordinator = (
     const dropWhere = (drop: (user: string) => boolean) =>
       Effect.gen(function* () {
         const residents = [...actors.values()].filter((resident) => drop(resident.actor.user))
+        const running: Array<Fiber.Fiber<void>> = []
         for (const resident of residents) {
           actors.delete(resident.actor.user)
+          // A running actor answers what it holds when interrupted; an idle one may still have
+          // parked waiters, answered here.
+          if (resident.actor.busy && resident.fiber !== undefined) running.push(resident.fiber)
+          else closeActor(resident.actor, settings)
           resident.actor.closed = true
         }
-        yield* Fiber.interruptAll(
-          residents.flatMap((resident) => (resident.fiber === undefined ? [] : [resident.fiber]))
-        )
+        yield* Fiber.interruptAll(running)
       })
     const dropAllActors = dropWhere(() => true)
     const partitionCount = options.partitions ?? partitionsDefault

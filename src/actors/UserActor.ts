@@ -6,8 +6,12 @@
  *
  * A failed write or a failed invariant answers the group (and every parked waiter) `unavailable` and
  * reloads the state from the store: memory never runs ahead of what is durable.
+ *
+ * The actor's fiber runs only while its mailbox has work: the coordinator starts it on the first
+ * command that finds the actor idle, and it ends when the mailbox is empty. An idle actor is its state
+ * and a few fields, no fiber and no queue object (memory per resident user is what the cap multiplies).
  */
-import { Cause, Clock, Deferred, Effect, Exit, Option, Queue } from "effect"
+import { Cause, Clock, Deferred, Effect, Exit, Option } from "effect"
 import type { Command } from "../domain/commands.js"
 import type { Config } from "../domain/config.js"
 import type { DecideContext, Wakeup } from "../domain/context.js"
@@ -49,11 +53,14 @@ export interface ActorSettings {
 
 export interface UserActor {
   readonly user: string
-  readonly mailbox: Queue.Queue<Envelope>
-  /** Deciding or writing: an actor in this state is never evicted. */
+  /** Commands not yet taken, in arrival order; the coordinator bounds it (mailboxCapacity). */
+  readonly mailbox: Array<Envelope>
+  /** A fiber is running for it (loading, deciding or writing): never evicted, and not started twice. */
   busy: boolean
-  /** Replies of `acquire_slot` callers waiting in the user's FIFO queue, by job. */
-  readonly parked: Map<string, Array<Deferred.Deferred<Result>>>
+  /** Loaded on the fiber's first run; undefined until then and after a failed write (reloaded). */
+  state: UserState | undefined
+  /** Replies of `acquire_slot` callers waiting in the user's FIFO queue, by job (made on first use). */
+  parked: Map<string, Array<Deferred.Deferred<Result>>> | undefined
   closed: boolean
   /** The group being decided or written, answered `unavailable` if the actor is interrupted. */
   inFlight: ReadonlyArray<Envelope>
@@ -63,16 +70,20 @@ export interface UserActor {
   lastActiveAt: number
 }
 
-export const makeUserActor = (user: string, mailbox: Queue.Queue<Envelope>): UserActor => ({
+export const makeUserActor = (user: string, lastActiveAt: number): UserActor => ({
   user,
-  mailbox,
-  busy: true,
-  parked: new Map(),
+  mailbox: [],
+  busy: false,
+  state: undefined,
+  parked: undefined,
   closed: false,
   inFlight: [],
   scheduledDeadline: Infinity,
-  lastActiveAt: 0
+  lastActiveAt
 })
+
+/** Waiters parked on this actor (0 when none were ever parked). */
+export const parkedCount = (actor: UserActor): number => actor.parked?.size ?? 0
 
 const answer = (reply: Deferred.Deferred<Result>, result: Result): void => {
   Deferred.doneUnsafe(reply, Exit.succeed(result))
@@ -80,26 +91,22 @@ const answer = (reply: Deferred.Deferred<Result>, result: Result): void => {
 
 /** Answers every parked waiter `unavailable`: their place in the queue was memory only. */
 const releaseParked = (actor: UserActor): void => {
-  for (const replies of actor.parked.values()) for (const reply of replies) answer(reply, unavailable)
-  actor.parked.clear()
+  for (const replies of actor.parked?.values() ?? []) for (const reply of replies) answer(reply, unavailable)
+  actor.parked = undefined
 }
 
 /**
  * Stops the actor: the registry forgets it (synchronously, so no command is offered after this), and
  * whatever is still queued or parked is answered `unavailable`.
  */
-const close = (actor: UserActor, settings: ActorSettings): Effect.Effect<void> =>
-  Effect.gen(function* () {
-    actor.closed = true
-    settings.onClose(actor)
-    releaseParked(actor)
-    for (;;) {
-      const envelope = yield* Queue.poll(actor.mailbox)
-      if (Option.isNone(envelope)) break
-      answer(envelope.value.reply, unavailable)
-    }
-    yield* Queue.shutdown(actor.mailbox)
-  })
+export const closeActor = (actor: UserActor, settings: ActorSettings): void => {
+  actor.closed = true
+  actor.busy = false
+  actor.state = undefined
+  settings.onClose(actor)
+  releaseParked(actor)
+  for (const envelope of actor.mailbox.splice(0)) answer(envelope.reply, unavailable)
+}
 
 const load = (actor: UserActor, settings: ActorSettings): Effect.Effect<Option.Option<UserState>> =>
   Effect.gen(function* () {
@@ -135,6 +142,7 @@ const decideGroup = (
     for (const wakeup of decision.wakeups) group.wakeups.push(wakeup)
     if (decision.result !== null) group.replies.push([reply, decision.result])
     else if (command.op === "acquire_slot") {
+      actor.parked ??= new Map()
       const replies = actor.parked.get(command.job) ?? []
       replies.push(reply)
       actor.parked.set(command.job, replies)
@@ -144,41 +152,48 @@ const decideGroup = (
 }
 
 /**
- * The actor's life: load, then decide groups until idle. Typed `Effect<void>` because it ends only by
- * eviction or a failed load; every other failure is answered and recovered from inside.
+ * One run of the actor: load if needed, then decide groups until the mailbox is empty. Every failure
+ * inside is answered and recovered from; an interruption (eviction, shutdown, a simulated crash)
+ * answers whatever is in flight or queued `unavailable`.
  */
 export const runUserActor = (actor: UserActor, settings: ActorSettings): Effect.Effect<void> =>
-  Effect.onInterrupt(actorLoop(actor, settings), () =>
-    Effect.gen(function* () {
-      // Interrupted (eviction, shutdown, a simulated crash): nobody waits forever.
+  Effect.onInterrupt(drainMailbox(actor, settings), () =>
+    Effect.sync(() => {
       for (const { reply } of actor.inFlight) answer(reply, unavailable)
       actor.inFlight = []
-      yield* close(actor, settings)
+      closeActor(actor, settings)
     })
   )
 
-const actorLoop = (actor: UserActor, settings: ActorSettings): Effect.Effect<void> =>
+const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<void> =>
   Effect.gen(function* () {
-    let loaded = yield* load(actor, settings)
-    if (Option.isNone(loaded)) return yield* close(actor, settings)
-    let state = loaded.value
-    actor.busy = false
-    settings.scheduleDeadline(actor, nextDeadline(state))
+    let state = actor.state
+    if (state === undefined) {
+      const loaded = yield* load(actor, settings)
+      if (Option.isNone(loaded)) return closeActor(actor, settings)
+      state = loaded.value
+      actor.state = state
+      settings.scheduleDeadline(actor, nextDeadline(state))
+    }
 
     for (;;) {
-      // Timers and idle eviction live in the coordinator (one timer for all actors): the loop only
-      // waits on its mailbox, where a due deadline arrives as a `tick`.
-      const envelopes = yield* Queue.takeBetween(actor.mailbox, 1, settings.decisionsPerWriteMax)
+      // Checked and cleared with no yield in between: a command enqueued after this sees `busy`
+      // false and starts the next run, so none waits unnoticed.
+      if (actor.mailbox.length === 0) {
+        actor.busy = false
+        return
+      }
+      const envelopes = actor.mailbox.splice(0, settings.decisionsPerWriteMax)
       if (!settings.servable(actor.user)) {
         for (const { reply } of envelopes) answer(reply, unavailable)
         continue
       }
-      actor.busy = true
       actor.inFlight = envelopes
       const decidedAt = yield* Clock.currentTimeMillis
       const ctx: DecideContext = { config: settings.config, now: decidedAt, random: settings.random }
+      const current: UserState = state
       const decided = yield* Effect.exit(
-        Effect.sync(() => decideGroup(actor, state, envelopes, ctx, settings))
+        Effect.sync(() => decideGroup(actor, current, envelopes, ctx, settings))
       )
       let confirmed: Group | undefined
       if (Exit.isFailure(decided)) {
@@ -201,20 +216,23 @@ const actorLoop = (actor: UserActor, settings: ActorSettings): Effect.Effect<voi
         // Nothing of this group is confirmed: answer it all `unavailable` and start again from the store.
         for (const { reply } of envelopes) answer(reply, unavailable)
         releaseParked(actor)
-        loaded = yield* load(actor, settings)
-        if (Option.isNone(loaded)) return yield* close(actor, settings)
-        state = loaded.value
+        actor.state = undefined
+        actor.inFlight = []
+        const reloaded = yield* load(actor, settings)
+        if (Option.isNone(reloaded)) return closeActor(actor, settings)
+        state = reloaded.value
+        actor.state = state
       } else {
         for (const [reply, result] of confirmed.replies) answer(reply, result)
         for (const { job, result } of confirmed.wakeups) {
-          const replies = actor.parked.get(job)
-          actor.parked.delete(job)
+          const replies = actor.parked?.get(job)
+          actor.parked?.delete(job)
           for (const reply of replies ?? []) answer(reply, result)
         }
+        if (actor.parked?.size === 0) actor.parked = undefined
       }
       actor.lastActiveAt = decidedAt
       actor.inFlight = []
-      actor.busy = false
       settings.scheduleDeadline(actor, nextDeadline(state))
     }
   })
