@@ -78,8 +78,8 @@ const decideCommand = (
     }
     case "set_limit": {
       if (meterPeriod(ctx.config, command.meter) === undefined) return unknownMeter
-      if (command.limit === null) state.limitOverrides.delete(command.meter)
-      else state.limitOverrides.set(command.meter, command.limit)
+      if (command.limit === null) state.limitOverrides?.delete(command.meter)
+      else (state.limitOverrides ??= new Map()).set(command.meter, command.limit)
       output.events.push({ kind: "limit", user: state.user, meter: command.meter, limit: command.limit })
       return { status: "ok" }
     }

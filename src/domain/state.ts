@@ -42,7 +42,8 @@ export interface Adjustment {
 export interface UserState {
   readonly user: string
   plan: string | null
-  readonly limitOverrides: Map<string, number>
+  /** Per-user limits set with `set_limit`; undefined until the first (most users have none). */
+  limitOverrides: Map<string, number> | undefined
   readonly meters: Map<string, MeterState>
   readonly pending: Map<string, Hold>
   /** Closed holds in the order they closed, so the oldest are pruned from the front. */
@@ -58,7 +59,7 @@ export interface UserState {
 export const emptyUserState = (user: string): UserState => ({
   user,
   plan: null,
-  limitOverrides: new Map(),
+  limitOverrides: undefined,
   meters: new Map(),
   pending: new Map(),
   closed: new Map(),
@@ -75,7 +76,7 @@ export const planOf = (config: Config, state: UserState): string =>
   state.plan !== null && config.plans[state.plan] !== undefined ? state.plan : config.defaultPlan
 
 export const meterLimit = (config: Config, state: UserState, meter: string): number =>
-  state.limitOverrides.get(meter) ?? config.plans[planOf(config, state)]?.limits[meter] ?? 0
+  state.limitOverrides?.get(meter) ?? config.plans[planOf(config, state)]?.limits[meter] ?? 0
 
 export const slotLimit = (config: Config, state: UserState): number | null =>
   config.fairness.enabled ? (config.plans[planOf(config, state)]?.slots ?? 0) : null
@@ -166,7 +167,7 @@ export const nextDeadline = (state: UserState): number | null => {
 export const userStateFromStored = (user: string, stored: StoredUser): UserState => {
   const state = emptyUserState(user)
   state.plan = stored.plan
-  for (const { meter, limit } of stored.limitOverrides) state.limitOverrides.set(meter, limit)
+  for (const { meter, limit } of stored.limitOverrides) (state.limitOverrides ??= new Map()).set(meter, limit)
   for (const { meter, periodStart, used } of stored.usage) {
     state.meters.set(meter, { periodStart, used, reserved: 0, pendingHolds: 0 })
   }
