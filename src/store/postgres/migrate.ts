@@ -13,6 +13,7 @@ import type pg from "pg"
 import type { StoreUnavailable } from "../Store.js"
 import type { InvalidSchemaName } from "./errors.js"
 import { MigrationFilesInvalid, SchemaTooNew, checkSchemaName, storeUnavailable } from "./errors.js"
+import { withCheckedOutClient } from "./checkedOutClient.js"
 
 export interface Migration {
   /** 1, 2, 3 ...: the file's number, contiguous from 1. */
@@ -80,19 +81,12 @@ type StepOutcome =
  * One transaction: lock, make sure the schema and the bookkeeping table exist, read the version, and
  * apply the next migration if there is one. Returns what it found; the caller loops.
  */
-const migrateStep = async (
+const migrateStep = (
   pool: pg.Pool,
   schema: string,
   migrations: ReadonlyArray<Migration>
-): Promise<StepOutcome> => {
-  const client = await pool.connect()
-  let broken: Error | undefined
-  // A dying connection also emits 'error' on a checked-out client: heard here, not a process crash.
-  const onConnectionError = (error: Error) => {
-    broken = error
-  }
-  client.on("error", onConnectionError)
-  try {
+): Promise<StepOutcome> =>
+  withCheckedOutClient(pool, async (client) => {
     await client.query("begin")
     // hashtext gives an int4; the lock is per schema name, held until commit or rollback.
     await client.query("select pg_advisory_xact_lock(hashtext($1))", [`quota-coordinator.migrate.${schema}`])
@@ -128,17 +122,7 @@ const migrateStep = async (
     const committed = await client.query("commit")
     if (committed.command !== "COMMIT") throw new Error(`migration ${next.name} was rolled back`)
     return { _tag: "Applied", version: next.version }
-  } catch (cause) {
-    await client.query("rollback").catch((rollbackError: Error) => {
-      broken = rollbackError
-    })
-    throw cause
-  } finally {
-    // A client whose rollback failed is in an unknown state: destroy it rather than reuse it.
-    client.off("error", onConnectionError)
-    client.release(broken)
-  }
-}
+  })
 
 /** Brings `schema` up to the newest migration. Safe to run from several processes at once. */
 export const migrate = (

@@ -9,6 +9,7 @@ import type { HoldRecord, LedgerOperation, StoreEvent } from "../../domain/event
 import { partitionOf } from "../../domain/partition.js"
 import type { Fence } from "../Fence.js"
 import { PartitionsFenced } from "../Fence.js"
+import { withCheckedOutClient } from "./checkedOutClient.js"
 
 /** The domain's null period (a meter with period `none`) as stored; see migrations/0001_initial.sql. */
 export const periodNoneSentinel = -1
@@ -226,7 +227,7 @@ const lostPartitionsOf = (error: unknown): ReadonlyArray<number> | undefined => 
  * Runs the group's statements between BEGIN and COMMIT on one client: BEGIN, the fence check (when
  * scaled out), one statement per table, COMMIT. With `pipelined` they are all sent at once and cost
  * one round trip; a failure anywhere aborts the transaction and COMMIT answers ROLLBACK, so the
- * group is all or nothing either way. A client left in an unknown state is destroyed, not reused.
+ * group is all or nothing either way.
  */
 export const writeGroup = async (
   pool: pg.Pool,
@@ -245,15 +246,7 @@ export const writeGroup = async (
   }
   all.push(...queries, { text: "commit", values: [] })
 
-  const client = await pool.connect()
-  let broken: Error | undefined
-  // A checked-out client whose connection dies (Postgres ended the session, the network went) emits
-  // 'error' besides failing its queries; unheard, that event would crash the process.
-  const onConnectionError = (error: Error) => {
-    broken = error
-  }
-  client.on("error", onConnectionError)
-  try {
+  await withCheckedOutClient(pool, async (client) => {
     const settled = pipelined
       ? await Promise.allSettled(all.map((query) => client.query(query.text, [...query.values])))
       : await sequentially(client, all)
@@ -271,15 +264,7 @@ export const writeGroup = async (
     if (commit?.status === "fulfilled" && commit.value.command !== "COMMIT") {
       throw new Error(`commit answered ${commit.value.command}`)
     }
-  } catch (cause) {
-    await client.query("rollback").catch((rollbackError: Error) => {
-      broken = rollbackError
-    })
-    throw cause
-  } finally {
-    client.off("error", onConnectionError)
-    client.release(broken)
-  }
+  })
 }
 
 /** One statement after another, stopping at the first failure (what pipelining does in one trip). */

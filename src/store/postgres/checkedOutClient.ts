@@ -1,0 +1,30 @@
+/**
+ * A pool client checked out for one transaction. On a throw it rolls back and rethrows; a client whose
+ * connection died or whose rollback failed is destroyed rather than returned to the pool. A dying
+ * connection also emits 'error' on a checked-out client besides failing its queries: heard here,
+ * since an unheard 'error' event would crash the process.
+ */
+import type pg from "pg"
+
+export const withCheckedOutClient = async <A>(
+  pool: pg.Pool,
+  body: (client: pg.PoolClient) => Promise<A>
+): Promise<A> => {
+  const client = await pool.connect()
+  let broken: Error | undefined
+  const onConnectionError = (error: Error) => {
+    broken = error
+  }
+  client.on("error", onConnectionError)
+  try {
+    return await body(client)
+  } catch (cause) {
+    await client.query("rollback").catch((rollbackError: Error) => {
+      broken = rollbackError
+    })
+    throw cause
+  } finally {
+    client.off("error", onConnectionError)
+    client.release(broken)
+  }
+}
