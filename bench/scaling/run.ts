@@ -20,6 +20,7 @@ import os from "node:os"
 import { join } from "node:path"
 import pg from "pg"
 import { QuotaClient } from "../../src/client/QuotaClient.js"
+import { makeRng } from "../lib/rng.js"
 
 // ---------------------------------------------------------------------------------------------
 // Settings
@@ -44,18 +45,6 @@ const root = join(import.meta.dirname, "..", "..")
 const serverUrl = process.env["BENCH_DATABASE_URL"] ?? "postgres://postgres@127.0.0.1:5432/test"
 const natsUrl = process.env["NATS_URL"] ?? "nats://127.0.0.1:4222"
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
-
-/** mulberry32: reproducible choices without Math.random. */
-const makeRandom = (seed: number): (() => number) => {
-  let state = seed >>> 0
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0
-    let t = state
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Database and processes
@@ -280,7 +269,7 @@ const runOnce = async (processes: number, round: number): Promise<RunResult> => 
       }
     }
     const worker = async (index: number) => {
-      const random = makeRandom(round * 100_003 + index)
+      const random = makeRng(round * 100_003 + index).next
       for (let sequence = 0; running; sequence += 1) {
         const user = users[Math.floor(random() * users.length)]!
         const id = `${index}-${sequence}`

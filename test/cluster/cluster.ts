@@ -17,23 +17,12 @@ import { partitionOf } from "../../src/domain/partition.js"
 import type { AcknowledgedWrites } from "../support/databaseChecks.js"
 import type { ServeProcess } from "../support/processes.js"
 import { startServe } from "../support/processes.js"
+import { makeRng } from "../../bench/lib/rng.js"
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
 /** The meter the load uses; its per-user limit is set with `set_limit` before a user's first reserve. */
 export const meter = "analysis"
-
-/** A small deterministic generator (mulberry32): the load's choices are reproducible from the seed. */
-export const makeRandom = (seed: number): (() => number) => {
-  let state = seed >>> 0
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0
-    let t = state
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296
-  }
-}
 
 /** A user name that hashes to `partition`: `${label}-${partition}-${index}-${k}` for the first k that does. */
 export const userOnPartition = (
@@ -373,7 +362,7 @@ export class Load {
   }
 
   private async worker(index: number): Promise<void> {
-    const random = makeRandom(this.options.seed * 1_000 + index)
+    const random = makeRng(this.options.seed * 1_000 + index).next
     for (let sequence = 0; this.running; sequence += 1) {
       const slot = this.slots[Math.floor(random() * this.slots.length)]!
       await slot.ready
