@@ -6,7 +6,8 @@
  * bench/results/<date>-<quick|full>.md and .svg; progress on stderr.
  *
  * Options: --quick (under a minute), --levels 1,16 (concurrency), --measure-ms N, --warmup-ms N,
- * --targets seed004,seed003,seed000,coord-msg,coord-sdk, --workloads uniform,hot,mix, --no-ceilings.
+ * --targets seed004,seed003,seed000,coord-msg,coord-sdk, --workloads uniform,hot,mix, --no-ceilings,
+ * --out DIR (where to write the results; default bench/results).
  */
 import type { ChildProcess } from "node:child_process"
 import { spawn } from "node:child_process"
@@ -49,7 +50,8 @@ const { values: options } = parseArgs({
     "warmup-ms": { type: "string" },
     targets: { type: "string" },
     workloads: { type: "string" },
-    "no-ceilings": { type: "boolean", default: false }
+    "no-ceilings": { type: "boolean", default: false },
+    out: { type: "string" }
   }
 })
 
@@ -351,7 +353,7 @@ const main = async () => {
     inserts,
     remarks
   }
-  const directory = join(root, "bench", "results")
+  const directory = options.out ?? join(root, "bench", "results")
   await mkdir(directory, { recursive: true })
   const base = `${startedAt.toISOString().slice(0, 10)}-${mode}`
   await writeFile(join(directory, `${base}.svg`), renderSvg(report))

@@ -59,19 +59,27 @@ export const startCoordinator = async (root: string): Promise<CoordinatorProcess
   await writeFile(configPath, JSON.stringify(benchConfig))
 
   let output = ""
-  const child: ChildProcess = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", "serve"], {
-    cwd: root,
-    env: {
-      ...process.env,
-      DATABASE_URL: databaseUrl(database),
-      NATS_URL: natsUrl,
-      QUOTA_PREFIX: prefix,
-      QUOTA_PARTITIONS: String(partitions),
-      QUOTA_CONFIG: configPath,
-      LOG_LEVEL: "warn"
-    },
-    stdio: ["ignore", "pipe", "pipe"]
-  })
+  // BENCH_COORDINATOR_NODE_FLAGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") profiles the coordinator alone.
+  const nodeFlags = (process.env["BENCH_COORDINATOR_NODE_FLAGS"] ?? "")
+    .split(" ")
+    .filter((flag) => flag !== "")
+  const child: ChildProcess = spawn(
+    process.execPath,
+    [...nodeFlags, "--import", "tsx", "src/cli/main.ts", "serve"],
+    {
+      cwd: root,
+      env: {
+        ...process.env,
+        DATABASE_URL: databaseUrl(database),
+        NATS_URL: natsUrl,
+        QUOTA_PREFIX: prefix,
+        QUOTA_PARTITIONS: String(partitions),
+        QUOTA_CONFIG: configPath,
+        LOG_LEVEL: "warn"
+      },
+      stdio: ["ignore", "pipe", "pipe"]
+    }
+  )
   const keep = (chunk: Buffer) => {
     output = (output + chunk.toString()).slice(-4000)
   }

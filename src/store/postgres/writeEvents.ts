@@ -6,7 +6,7 @@
  */
 import type pg from "pg"
 import type { HoldRecord, LedgerOperation, StoreEvent } from "../../domain/events.js"
-import { partitionOf } from "../../domain/partition.js"
+import { fnv1a32, partitionOf } from "../../domain/partition.js"
 import type { Fence } from "../Fence.js"
 import { PartitionsFenced } from "../Fence.js"
 import { withCheckedOutClient } from "./checkedOutClient.js"
@@ -90,7 +90,7 @@ export const collapseEvents = (events: ReadonlyArray<StoreEvent>): CollapsedGrou
 }
 
 /** The statements of a group, for one schema; built once per store. */
-export const writeStatements = (schema: string) => ({
+const statementTexts = (schema: string) => ({
   // Fails with SQLSTATE QCF01 (detail: the lost partitions) unless every epoch is still ours; holds the
   // owner rows FOR SHARE until COMMIT so a claim waits for this transaction (migration 0003).
   assertFence: `select "${schema}".assert_partition_epochs($1::integer[], $2::bigint[], $3)`,
@@ -136,7 +136,30 @@ export const writeStatements = (schema: string) => ({
     where user_limit.user_id = removed.user_id and user_limit.meter = removed.meter`
 })
 
-export type WriteStatements = ReturnType<typeof writeStatements>
+type StatementKey = keyof ReturnType<typeof statementTexts>
+
+/** A statement's text and the name it is prepared under on each connection. */
+export interface NamedStatement {
+  readonly name: string
+  readonly text: string
+}
+
+export type WriteStatements = { readonly [key in StatementKey]: NamedStatement }
+
+/**
+ * Named, so each pooled connection parses and plans a statement once instead of once per group (the
+ * server's CPU per commit is what bounds throughput). The schema's hash keeps the names of two stores
+ * apart, should they ever share a connection.
+ */
+export const writeStatements = (schema: string): WriteStatements => {
+  const texts = statementTexts(schema)
+  const schemaTag = fnv1a32(new TextEncoder().encode(schema)).toString(36)
+  const named = {} as Record<StatementKey, NamedStatement>
+  for (const key of Object.keys(texts) as Array<StatementKey>) {
+    named[key] = { name: `quota_${key}_${schemaTag}`, text: texts[key] }
+  }
+  return named
+}
 
 /** The partitions a group writes, with the epochs this process holds them under; throws if one is not held. */
 const fenceOf = (
@@ -151,15 +174,22 @@ const fenceOf = (
   return { partitions: touched, epochs: epochs as Array<number> }
 }
 
+/** One statement of a group; `name` absent for BEGIN and COMMIT (simple protocol, nothing to plan). */
+export interface GroupQuery {
+  readonly name?: string
+  readonly text: string
+  readonly values: ReadonlyArray<unknown>
+}
+
 /** The statements (text and array parameters) that apply a collapsed group, skipping empty tables. */
 export const groupQueries = (
   statements: WriteStatements,
   group: CollapsedGroup,
   partitions: number
-): ReadonlyArray<{ readonly text: string; readonly values: ReadonlyArray<unknown> }> => {
-  const queries: Array<{ text: string; values: ReadonlyArray<unknown> }> = []
-  const add = (text: string, rowCount: number, values: ReadonlyArray<unknown>): void => {
-    if (rowCount > 0) queries.push({ text, values })
+): ReadonlyArray<GroupQuery> => {
+  const queries: Array<GroupQuery> = []
+  const add = (statement: NamedStatement, rowCount: number, values: ReadonlyArray<unknown>): void => {
+    if (rowCount > 0) queries.push({ ...statement, values })
   }
   const { holds, ledger, usage, slotsSet, slotsFreed, plans, limitsSet, limitsRemoved } = group
   add(statements.upsertHolds, holds.length, [
@@ -240,15 +270,15 @@ export const writeGroup = async (
   const queries = groupQueries(statements, collapseEvents(events), partitions)
   if (queries.length === 0) return
   const fenced = fence === undefined ? undefined : fenceOf(fence, events, partitions)
-  const all: Array<{ text: string; values: ReadonlyArray<unknown> }> = [{ text: "begin", values: [] }]
+  const all: Array<GroupQuery> = [{ text: "begin", values: [] }]
   if (fence !== undefined && fenced !== undefined) {
-    all.push({ text: statements.assertFence, values: [fenced.partitions, fenced.epochs, fence.owner] })
+    all.push({ ...statements.assertFence, values: [fenced.partitions, fenced.epochs, fence.owner] })
   }
   all.push(...queries, { text: "commit", values: [] })
 
   await withCheckedOutClient(pool, async (client) => {
     const settled = pipelined
-      ? await Promise.allSettled(all.map((query) => client.query(query.text, [...query.values])))
+      ? await Promise.allSettled(submitCorked(client, all))
       : await sequentially(client, all)
     const failure = settled.find((outcome) => outcome.status === "rejected")
     const commit = settled[settled.length - 1]
@@ -267,15 +297,42 @@ export const writeGroup = async (
   })
 }
 
+const queryConfig = (query: GroupQuery): pg.QueryConfig =>
+  query.name === undefined
+    ? { text: query.text, values: [...query.values] }
+    : { name: query.name, text: query.text, values: [...query.values] }
+
+/**
+ * Submits every statement of a pipelined group while the socket is corked, so the group leaves in one
+ * write: pg corks and uncorks around each extended-protocol statement, and BEGIN/COMMIT are written
+ * uncorked, which cost one syscall (and one wake-up of the server) per statement. Corking nests, so
+ * nothing is sent before the last statement is queued. A pipelined client submits synchronously once
+ * connected, which a checked-out pool client is.
+ */
+const submitCorked = (
+  client: pg.PoolClient,
+  queries: ReadonlyArray<GroupQuery>
+): Array<Promise<pg.QueryResult>> => {
+  const stream = (
+    client as unknown as { connection?: { stream?: { cork?: () => void; uncork?: () => void } } }
+  ).connection?.stream
+  stream?.cork?.()
+  try {
+    return queries.map((query) => client.query(queryConfig(query)))
+  } finally {
+    stream?.uncork?.()
+  }
+}
+
 /** One statement after another, stopping at the first failure (what pipelining does in one trip). */
 const sequentially = async (
   client: pg.PoolClient,
-  queries: ReadonlyArray<{ text: string; values: ReadonlyArray<unknown> }>
+  queries: ReadonlyArray<GroupQuery>
 ): Promise<Array<PromiseSettledResult<pg.QueryResult>>> => {
   const settled: Array<PromiseSettledResult<pg.QueryResult>> = []
   for (const query of queries) {
     try {
-      settled.push({ status: "fulfilled", value: await client.query(query.text, [...query.values]) })
+      settled.push({ status: "fulfilled", value: await client.query(queryConfig(query)) })
     } catch (reason) {
       settled.push({ status: "rejected", reason })
       break
