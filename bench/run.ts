@@ -5,8 +5,13 @@
  * with the NATS echo and bare Postgres insert ceilings measured in the same run. Writes
  * bench/results/<date>-<quick|full>.md and .svg; progress on stderr.
  *
+ * After the closed-loop levels of a workload, the coordinator's targets and seeds 004 and 003 are
+ * offered half of their closed-loop peak in an open loop (lib/openLoop.ts): the issue's "p99 at half of
+ * peak" measured at a rate, not at a concurrency.
+ *
  * Options: --quick (under a minute), --levels 1,16 (concurrency), --measure-ms N, --warmup-ms N,
  * --targets seed004,seed003,seed000,coord-msg,coord-sdk, --workloads uniform,hot,mix, --no-ceilings,
+ * --no-half-peak, --half-peak-workloads uniform,hot,mix (default: all; --quick: uniform),
  * --out DIR (where to write the results; default bench/results).
  */
 import type { ChildProcess } from "node:child_process"
@@ -20,14 +25,16 @@ import { parseArgs } from "node:util"
 import { connect } from "@nats-io/transport-node"
 import type { InsertCeiling } from "./ceilings.js"
 import { measureInsertCeiling } from "./ceilings.js"
-import type { RunResult } from "./lib/driver.js"
-import { runWorkload, sleep } from "./lib/driver.js"
+import type { RunResult, SessionPlan } from "./lib/driver.js"
+import { cyclesPerSecond, runWorkload, sleep } from "./lib/driver.js"
 import { formatCpu } from "./lib/cpu.js"
+import { bestRun } from "./lib/goals.js"
 import { machineInfo } from "./lib/machine.js"
+import { runAtRate } from "./lib/openLoop.js"
 import { makeProgress } from "./lib/progress.js"
-import type { Report, TargetInfo } from "./lib/report.js"
+import type { HalfPeakRun, Report, TargetInfo } from "./lib/report.js"
 import { renderMarkdown, renderSvg } from "./lib/report.js"
-import type { Workload } from "./lib/workloads.js"
+import type { Workload, WorkloadKey } from "./lib/workloads.js"
 import { hotWorkload, mixWorkload, uniformWorkload } from "./lib/workloads.js"
 import type { CoordinatorProcess } from "./targets/coordinatorProcess.js"
 import { missingCoordinatorFiles, startCoordinator } from "./targets/coordinatorProcess.js"
@@ -41,6 +48,13 @@ import type { Target } from "./targets/Target.js"
 const root = join(dirname(fileURLToPath(import.meta.url)), "..")
 const coordinatorKeys = ["coord-sdk", "coord-msg"]
 const allTargetKeys = ["coord-sdk", "coord-msg", "seed004", "seed003", "seed000"]
+const allWorkloadKeys: ReadonlyArray<WorkloadKey> = ["uniform", "hot", "mix"]
+/** Open-loop phase: the coordinator's targets, and the two designs it is measured against for context. */
+const halfPeakTargetKeys = [...coordinatorKeys, "seed004", "seed003"]
+/** Open-loop phase: offered rate ÷ the target's closed-loop peak (the issue's "half of peak"). */
+const halfPeakFraction = 0.5
+/** Open-loop phase: cycles in flight at most; an arrival beyond is dropped and counted. */
+const halfPeakInFlightMax = 8192
 
 const { values: options } = parseArgs({
   options: {
@@ -51,6 +65,8 @@ const { values: options } = parseArgs({
     targets: { type: "string" },
     workloads: { type: "string" },
     "no-ceilings": { type: "boolean", default: false },
+    "no-half-peak": { type: "boolean", default: false },
+    "half-peak-workloads": { type: "string" },
     out: { type: "string" }
   }
 })
@@ -68,9 +84,21 @@ const measureMs = Number(options["measure-ms"] ?? (options.quick ? 700 : 5_000))
 const warmupMs = Number(options["warmup-ms"] ?? (options.quick ? 200 : 1_000))
 const insertMeasureMs = options.quick ? 400 : 2_000
 const wantedTargets = new Set(listOption(options.targets) ?? allTargetKeys)
-const wantedWorkloads = new Set(listOption(options.workloads) ?? ["uniform", "hot", "mix"])
-if (levels.some((level) => !Number.isInteger(level) || level < 1) || !(measureMs > 0) || !(warmupMs >= 0)) {
-  process.stderr.write("bench: --levels must be positive integers, --measure-ms > 0, --warmup-ms >= 0\n")
+const wantedWorkloads = new Set(listOption(options.workloads) ?? allWorkloadKeys)
+// Quick mode offers half of peak on uniform only, to stay under a minute; a full run on all three.
+const halfPeakWorkloads = new Set(
+  listOption(options["half-peak-workloads"]) ?? (options.quick ? ["uniform"] : allWorkloadKeys)
+)
+const halfPeak = !options["no-half-peak"]
+if (
+  levels.some((level) => !Number.isInteger(level) || level < 1) ||
+  !(measureMs > 0) ||
+  !(warmupMs >= 0) ||
+  [...halfPeakWorkloads].some((key) => !(allWorkloadKeys as ReadonlyArray<string>).includes(key))
+) {
+  process.stderr.write(
+    `bench: --levels must be positive integers, --measure-ms > 0, --warmup-ms >= 0, --half-peak-workloads among ${allWorkloadKeys.join(",")}\n`
+  )
   process.exit(2)
 }
 
@@ -136,7 +164,7 @@ const startEcho = async (prefix: string): Promise<{ pid: number; stop: () => Pro
 }
 
 const summaryOf = (run: RunResult) => {
-  const cycles = (run.cycles * 1000) / run.measuredMs
+  const cycles = cyclesPerSecond(run)
   return `${run.target} ${run.workload} @${run.concurrency}: ${Math.round(cycles)} cycles/s, p99 ${run.latency.p99Ms.toFixed(1)} ms, errors ${run.errors}, over-grants ${run.overGrants}; cpu ${formatCpu(run.cpu, os.cpus().length)}`
 }
 
@@ -229,11 +257,28 @@ const main = async () => {
     mixWorkload(namespace)
   ].filter((workload) => wantedWorkloads.has(workload.key))
   const ceilings = !options["no-ceilings"]
+  const halfPeakTargets = halfPeak ? targets.filter((target) => halfPeakTargetKeys.includes(target.key)) : []
+  const halfPeakSteps =
+    workloads.filter((workload) => halfPeakWorkloads.has(workload.key)).length * halfPeakTargets.length
   const totalSteps =
-    workloads.length * levels.length * targets.length + (ceilings ? 2 * levels.length + 1 : 0)
+    workloads.length * levels.length * targets.length + halfPeakSteps + (ceilings ? 2 * levels.length + 1 : 0)
   const progress = makeProgress(totalSteps)
   const runs: Array<RunResult> = []
+  const halfPeakRuns: Array<HalfPeakRun> = []
   let runIndex = 0
+  const coordinatorServer = coordinator === undefined ? undefined : { pid: coordinator.pid, label: "coord" }
+  /** What every run of the bench shares; each gets its own tag. */
+  const sessionPlan = (workload: Workload, server: SessionPlan["server"]): SessionPlan => {
+    runIndex += 1
+    return {
+      workload,
+      warmupMs,
+      measureMs,
+      runTag: `${namespace}r${runIndex}`,
+      drainMsMax: 60_000,
+      ...(server === undefined ? {} : { server })
+    }
+  }
 
   for (const workload of workloads) {
     for (const target of targets) {
@@ -242,24 +287,39 @@ const main = async () => {
     }
     for (const concurrency of levels) {
       for (const target of targets) {
-        runIndex += 1
         const label = `${workload.key} @${concurrency} ${target.key}`
         const run = await runWorkload(
           target,
-          {
-            workload,
-            concurrency,
-            warmupMs,
-            measureMs,
-            runTag: `${namespace}r${runIndex}`,
-            drainMsMax: 60_000,
-            ...(coordinator === undefined ? {} : { server: { pid: coordinator.pid, label: "coord" } })
-          },
+          { ...sessionPlan(workload, coordinatorServer), concurrency },
           (fraction) => progress.update(label, fraction)
         )
         runs.push(run)
         progress.advance(summaryOf(run))
       }
+    }
+    if (!halfPeakWorkloads.has(workload.key)) continue
+    // The same primed state, each target at half the most it did in the closed loop just measured.
+    for (const target of halfPeakTargets) {
+      const peak = bestRun(runs.filter((run) => run.target === target.key && run.workload === workload.key))
+      if (peak === undefined || cyclesPerSecond(peak) <= 0) {
+        progress.advance(`${workload.key} half of peak ${target.key}: no closed-loop peak to halve, skipped`)
+        continue
+      }
+      const rate = halfPeakFraction * cyclesPerSecond(peak)
+      const label = `${workload.key} open loop ${Math.round(rate)}/s ${target.key}`
+      const run = await runAtRate(
+        target,
+        {
+          ...sessionPlan(workload, coordinatorServer),
+          cyclesPerSecond: rate,
+          inFlightMax: halfPeakInFlightMax
+        },
+        (fraction) => progress.update(label, fraction)
+      )
+      halfPeakRuns.push({ peak, run })
+      progress.advance(
+        `${summaryOf(run)}; open loop at ${Math.round(rate)}/s offered, dropped ${run.dropped}, most in flight ${run.concurrency}`
+      )
     }
   }
 
@@ -284,18 +344,9 @@ const main = async () => {
         echo: true
       })
       for (const concurrency of levels) {
-        runIndex += 1
         const run = await runWorkload(
           echo,
-          {
-            workload: echoWorkload,
-            concurrency,
-            warmupMs,
-            measureMs,
-            runTag: `${namespace}r${runIndex}`,
-            drainMsMax: 60_000,
-            server: { pid: echoServer.pid, label: "echo" }
-          },
+          { ...sessionPlan(echoWorkload, { pid: echoServer.pid, label: "echo" }), concurrency },
           (fraction) => progress.update(`ceiling ${label} @${concurrency}`, fraction)
         )
         echoRuns.push({ ...run, label })
@@ -351,6 +402,14 @@ const main = async () => {
     runs,
     echo: echoRuns,
     inserts,
+    ceilingsMeasured: ceilings,
+    halfPeak: {
+      ...(halfPeak ? {} : { skipped: "`--no-half-peak`" }),
+      fraction: halfPeakFraction,
+      inFlightMax: halfPeakInFlightMax,
+      workloads: allWorkloadKeys.filter((key) => halfPeakWorkloads.has(key) && wantedWorkloads.has(key)),
+      runs: halfPeakRuns
+    },
     remarks
   }
   const directory = options.out ?? join(root, "bench", "results")

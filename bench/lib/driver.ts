@@ -3,6 +3,7 @@
  * to back (a closed loop: a worker sends its next request when the previous reply arrives). Counts
  * and latencies are kept for steps that complete inside the measured window (after the warm-up);
  * the tally checks every grant of the whole run. At the end the workers finish their cycle and stop.
+ * The session (counts, tally, windows, result) is shared with the open loop of openLoop.ts.
  */
 import { performance } from "node:perf_hooks"
 import type { StepOutcome, Target } from "../targets/Target.js"
@@ -12,30 +13,37 @@ import type { LatencySummary } from "./latency.js"
 import { makeLatencyRecorder } from "./latency.js"
 import { makeRng } from "./rng.js"
 import { makeTally } from "./tally.js"
-import type { CycleContext, StepName, Workload } from "./workloads.js"
+import type { CycleContext, RunStep, StepName, Workload } from "./workloads.js"
 import { hotGrantsPerUser } from "./workloads.js"
 
-export interface RunPlan {
+/** What every run needs, closed or open loop. */
+export interface SessionPlan {
   readonly workload: Workload
-  readonly concurrency: number
   readonly warmupMs: number
   readonly measureMs: number
   /** Unique per run: hold ids and hot users carry it, so no run sees another's state. */
   readonly runTag: string
-  /** How long the workers may take to finish their last cycle before the run is reported stuck. */
+  /** How long the cycles in flight may finish after the window before the run is reported stuck. */
   readonly drainMsMax: number
   /** The server process started for this run (coordinator, echo), whose CPU is reported apart. */
   readonly server?: { readonly pid: number; readonly label: string }
 }
 
+export interface RunPlan extends SessionPlan {
+  readonly concurrency: number
+}
+
 export interface RunResult {
   readonly target: string
   readonly workload: Workload["key"]
+  /** Closed loop: the workers. Open loop (openLoop.ts): the most cycles that were in flight at once. */
   readonly concurrency: number
   readonly measuredMs: number
   readonly cycles: number
   /** Requests completed in the window (steps that sent something). */
   readonly requests: number
+  /** Requests answered "ok" in the window, per step: what a decision made the system write. */
+  readonly applied: Readonly<Record<StepName, number>>
   readonly granted: number
   /** Reserves refused (insufficient quota) and slots refused (busy). */
   readonly refused: number
@@ -50,24 +58,65 @@ export interface RunResult {
   readonly firstError: string | undefined
 }
 
-export const runWorkload = async (
-  target: Target,
-  plan: RunPlan,
-  onTick: (fraction: number) => void
-): Promise<RunResult> => {
+export const cyclesPerSecond = (run: RunResult): number =>
+  run.measuredMs > 0 ? (run.cycles * 1000) / run.measuredMs : 0
+
+/**
+ * What a closed-loop and an open-loop run share: counts, tally, latencies of the measured window, the
+ * cycle contexts, the warm-up and measured windows with their CPU meter, and the result.
+ */
+export interface RunSession {
+  readonly isMeasuring: () => boolean
+  /** Counts a cycle that completed (only inside the measured window). */
+  readonly cycleDone: () => void
+  /** Runs one step and, inside the window, records its latency from `startedMs` and its outcome. */
+  readonly recordStep: (
+    name: StepName,
+    send: () => Promise<StepOutcome>,
+    startedMs: number
+  ) => Promise<StepOutcome>
+  /** A context for worker (or lane) `index`: its own seeded rng and carried hold. */
+  readonly contextFor: (index: number, step: RunStep) => CycleContext
+  /** Waits out the warm-up, then measures for `measureMs`: the window's length and CPU shares. */
+  readonly runWindows: (
+    onTick: (fraction: number) => void
+  ) => Promise<{ readonly measuredMs: number; readonly cpu: CpuShares }>
+  /** Waits for `settled` (the cycles in flight finishing) at most drainMsMax: true when it settled. */
+  readonly drain: (settled: Promise<unknown>) => Promise<boolean>
+  readonly result: (run: {
+    readonly concurrency: number
+    readonly measuredMs: number
+    readonly cpu: CpuShares
+    readonly drainedCleanly: boolean
+  }) => RunResult
+}
+
+const noSteps = (): Record<StepName, number> => ({
+  reserve: 0,
+  consume: 0,
+  commit: 0,
+  release: 0,
+  acquire_slot: 0,
+  release_slot: 0
+})
+
+export const startRunSession = (target: Target, plan: SessionPlan): RunSession => {
   const latency = makeLatencyRecorder()
   const tally = makeTally()
   const counts = { cycles: 0, requests: 0, granted: 0, refused: 0, errors: 0 }
+  const applied = noSteps()
   let measuring = false
-  let stopping = false
   let idSequence = 0
   let hotGeneration = 0
   let hotGrants = 0
   const hotUser = () => `hot-${plan.runTag}-${hotGeneration}`
   const before = target.counters()
 
-  const step = async (name: StepName, send: () => Promise<StepOutcome>): Promise<StepOutcome> => {
-    const started = performance.now()
+  const recordStep = async (
+    name: StepName,
+    send: () => Promise<StepOutcome>,
+    startedMs: number
+  ): Promise<StepOutcome> => {
     let outcome: StepOutcome
     try {
       outcome = await send()
@@ -75,76 +124,111 @@ export const runWorkload = async (
       outcome = "error"
     }
     if (outcome === "none" || !measuring) return outcome
-    latency.recordMs(performance.now() - started)
+    latency.recordMs(performance.now() - startedMs)
     counts.requests += 1
     if (outcome === "error") counts.errors += 1
     else if (outcome === "refused") counts.refused += 1
-    else if (name === "reserve" || name === "acquire_slot") counts.granted += 1
+    else {
+      applied[name] += 1
+      if (name === "reserve" || name === "acquire_slot") counts.granted += 1
+    }
     return outcome
   }
 
-  const worker = async (index: number): Promise<void> => {
-    const context: CycleContext = {
-      target,
-      rng: makeRng(0x9e3779b9 ^ (index * 7919)),
-      tally,
-      step,
-      worker: { heldHold: undefined },
-      nextId: () => `${plan.runTag}.${(idSequence += 1)}`,
-      hot: {
-        user: hotUser,
-        onGrant: () => {
-          hotGrants += 1
-          if (hotGrants >= hotGrantsPerUser) {
-            hotGrants = 0
-            hotGeneration += 1
-          }
+  const contextFor = (index: number, step: RunStep): CycleContext => ({
+    target,
+    rng: makeRng(0x9e3779b9 ^ (index * 7919)),
+    tally,
+    step,
+    worker: { heldHold: undefined },
+    nextId: () => `${plan.runTag}.${(idSequence += 1)}`,
+    hot: {
+      user: hotUser,
+      onGrant: () => {
+        hotGrants += 1
+        if (hotGrants >= hotGrantsPerUser) {
+          hotGrants = 0
+          hotGeneration += 1
         }
       }
     }
-    while (!stopping) {
-      await plan.workload.cycle(context)
-      if (measuring) counts.cycles += 1
-    }
+  })
+
+  const runWindows = async (onTick: (fraction: number) => void) => {
+    const started = performance.now()
+    const total = plan.warmupMs + plan.measureMs
+    const ticker = setInterval(() => onTick(Math.min(1, (performance.now() - started) / total)), 100)
+    await sleep(plan.warmupMs)
+    measuring = true
+    const cpuMeter = startCpuMeter(plan.server)
+    const measureStarted = performance.now()
+    await sleep(plan.measureMs)
+    measuring = false
+    const cpu = cpuMeter.stop()
+    const measuredMs = performance.now() - measureStarted
+    clearInterval(ticker)
+    return { measuredMs, cpu }
   }
 
-  const started = performance.now()
-  const workers = Array.from({ length: plan.concurrency }, (_, index) => worker(index))
-  const total = plan.warmupMs + plan.measureMs
-  const ticker = setInterval(() => onTick(Math.min(1, (performance.now() - started) / total)), 100)
-  await sleep(plan.warmupMs)
-  measuring = true
-  const cpuMeter = startCpuMeter(plan.server)
-  const measureStarted = performance.now()
-  await sleep(plan.measureMs)
-  measuring = false
-  const cpu = cpuMeter.stop()
-  const measuredMs = performance.now() - measureStarted
-  stopping = true
-  clearInterval(ticker)
-  const drained = await Promise.race([
-    Promise.all(workers).then(() => true),
-    sleep(plan.drainMsMax).then(() => false)
-  ])
-  const after = target.counters()
-  const messages = after.messages - before.messages
   return {
-    target: target.key,
-    workload: plan.workload.key,
-    concurrency: plan.concurrency,
-    measuredMs,
-    cycles: counts.cycles,
-    requests: counts.requests,
-    granted: counts.granted,
-    refused: counts.refused,
-    errors: counts.errors,
-    overGrants: tally.overGrants(),
-    latency: latency.summary(),
-    meanBatch: messages > 0 ? (after.requests - before.requests) / messages : 1,
-    drainedCleanly: drained,
-    cpu,
-    firstError: target.takeError()
+    isMeasuring: () => measuring,
+    cycleDone: () => {
+      if (measuring) counts.cycles += 1
+    },
+    recordStep,
+    contextFor,
+    runWindows,
+    drain: (settled) => Promise.race([settled.then(() => true), sleep(plan.drainMsMax).then(() => false)]),
+    result: ({ concurrency, measuredMs, cpu, drainedCleanly }) => {
+      const after = target.counters()
+      const messages = after.messages - before.messages
+      return {
+        target: target.key,
+        workload: plan.workload.key,
+        concurrency,
+        measuredMs,
+        cycles: counts.cycles,
+        requests: counts.requests,
+        applied: { ...applied },
+        granted: counts.granted,
+        refused: counts.refused,
+        errors: counts.errors,
+        overGrants: tally.overGrants(),
+        latency: latency.summary(),
+        meanBatch: messages > 0 ? (after.requests - before.requests) / messages : 1,
+        drainedCleanly,
+        cpu,
+        firstError: target.takeError()
+      }
+    }
   }
+}
+
+/** A run of one workload against one target; `onTick` hears how far along it is (0 to 1). */
+export type Runner<Plan extends SessionPlan, Result extends RunResult> = (
+  target: Target,
+  plan: Plan,
+  onTick: (fraction: number) => void
+) => Promise<Result>
+
+/** The closed loop: `concurrency` workers, each sending its next cycle when the previous one ends. */
+export const runWorkload: Runner<RunPlan, RunResult> = async (target, plan, onTick) => {
+  const session = startRunSession(target, plan)
+  let stopping = false
+  // A closed loop's request starts when it is sent: the worker was waiting for nothing else.
+  const step: RunStep = (name, send) => session.recordStep(name, send, performance.now())
+  const worker = async (index: number): Promise<void> => {
+    const context = session.contextFor(index, step)
+    while (!stopping) {
+      await plan.workload.cycle(context)
+      session.cycleDone()
+    }
+  }
+  const workers = Array.from({ length: plan.concurrency }, (_, index) => worker(index))
+  const { measuredMs, cpu } = await session.runWindows(onTick)
+  stopping = true
+  const drainedCleanly = await session.drain(Promise.all(workers))
+  return session.result({ concurrency: plan.concurrency, measuredMs, cpu, drainedCleanly })
 }
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))

@@ -5,8 +5,12 @@
 import type { InsertCeiling } from "../ceilings.js"
 import { formatCpu } from "./cpu.js"
 import type { RunResult } from "./driver.js"
+import { cyclesPerSecond } from "./driver.js"
+import { formatMs, formatRate, perSecond } from "./format.js"
+import { p99GoalMs, p99Verdict, renderGoals } from "./goals.js"
 import type { MachineInfo } from "./machine.js"
-import type { Workload } from "./workloads.js"
+import type { OpenLoopResult } from "./openLoop.js"
+import type { Workload, WorkloadKey } from "./workloads.js"
 
 export interface TargetInfo {
   readonly key: string
@@ -15,6 +19,23 @@ export interface TargetInfo {
   readonly notes: ReadonlyArray<string>
   /** Set when the target did not run (not wired, failed to start). */
   readonly skipped?: string
+}
+
+/** An open-loop run at a fraction of the peak a target reached in the closed loop. */
+export interface HalfPeakRun {
+  /** The closed-loop run of the same target and workload with the most cycles/s. */
+  readonly peak: RunResult
+  readonly run: OpenLoopResult
+}
+
+export interface HalfPeakPhase {
+  /** Why the phase did not run (e.g. `--no-half-peak`); absent when it ran. */
+  readonly skipped?: string
+  /** Offered rate ÷ closed-loop peak. */
+  readonly fraction: number
+  readonly inFlightMax: number
+  readonly workloads: ReadonlyArray<WorkloadKey>
+  readonly runs: ReadonlyArray<HalfPeakRun>
 }
 
 export interface Report {
@@ -34,18 +55,11 @@ export interface Report {
   readonly runs: ReadonlyArray<RunResult>
   readonly echo: ReadonlyArray<RunResult & { readonly label: string }>
   readonly inserts: ReadonlyArray<InsertCeiling>
+  /** False with `--no-ceilings`. */
+  readonly ceilingsMeasured: boolean
+  readonly halfPeak: HalfPeakPhase
   readonly remarks: ReadonlyArray<string>
 }
-
-const formatRate = (value: number): string =>
-  value >= 100 ? Math.round(value).toLocaleString("en-US") : value.toFixed(1)
-
-const formatMs = (value: number): string =>
-  value >= 100 ? value.toFixed(0) : value >= 10 ? value.toFixed(1) : value.toFixed(2)
-
-const perSecond = (count: number, ms: number) => (ms > 0 ? (count * 1000) / ms : 0)
-
-const cyclesPerSecond = (run: RunResult) => perSecond(run.cycles, run.measuredMs)
 
 const findRun = (runs: ReadonlyArray<RunResult>, target: string, workload: string, concurrency: number) =>
   runs.find((run) => run.target === target && run.workload === workload && run.concurrency === concurrency)
@@ -58,6 +72,50 @@ const ratio = (numerator: RunResult | undefined, denominator: RunResult): string
 }
 
 const timestamp = (date: Date) => date.toISOString().replace("T", " ").slice(0, 16) + " UTC"
+
+/** The "Latency at half of peak (open loop)" section, as Markdown lines. */
+const renderHalfPeak = (report: Report, labelOf: (key: string) => string): Array<string> => {
+  const phase = report.halfPeak
+  const lines: Array<string> = ["## Latency at half of peak (open loop)", ""]
+  if (phase.skipped !== undefined) return [...lines, `Not run: ${phase.skipped}.`, ""]
+  const percent = Math.round(phase.fraction * 100)
+  lines.push(
+    `After the closed-loop levels of a workload (${phase.workloads.join(", ")}), each of these targets is offered ${percent}% of the most cycles/s it reached in them, in an open loop: cycles arrive at that mean rate (Poisson arrivals, seeded) whether or not earlier ones were answered, ${report.warmupMs} ms warm-up then ${report.measureMs} ms measured. Latencies are per request, the first request of a cycle timed from the cycle's place in the schedule (no coordinated omission: a stall delays the arrivals behind it, and they count it); *cycle p99* is a whole cycle from its scheduled start; *start lag* is how late the bench itself started cycles (timer granularity, its own CPU), already inside the latencies. At most ${phase.inFlightMax} cycles in flight: an arrival beyond that is *dropped* (not started) and counted. *Most in flight* is the highest number of cycles in flight at once.`
+  )
+  lines.push("")
+  lines.push(
+    "| target | workload | peak cycles/s (in flight) | offered cycles/s | achieved cycles/s | dropped | most in flight | p50 | p99 | p99.9 | cycle p99 | start lag p99 | errors | over-grants | CPU % while measured |"
+  )
+  lines.push(`|${" --- |".repeat(15)}`)
+  for (const { peak, run } of phase.runs) {
+    const flags = run.drainedCleanly ? "" : " (did not drain)"
+    const warmupDrops = run.droppedInWarmup > 0 ? ` (+${run.droppedInWarmup} in warm-up)` : ""
+    lines.push(
+      `| ${labelOf(run.target)}${flags} | ${run.workload} | ${formatRate(cyclesPerSecond(peak))} (${peak.concurrency}) | ${formatRate(run.offeredPerSecond)} | ${formatRate(cyclesPerSecond(run))} | ${run.dropped} of ${run.offered}${warmupDrops} | ${run.concurrency} | ${formatMs(run.latency.p50Ms)} | ${formatMs(run.latency.p99Ms)} | ${formatMs(run.latency.p999Ms)} | ${formatMs(run.cycleLatency.p99Ms)} | ${formatMs(run.startLag.p99Ms)} | ${run.errors} | ${run.overGrants} | ${formatCpu(run.cpu, report.machine.cores)} |`
+    )
+  }
+  const coordinatorRuns = phase.runs.filter(({ run }) => report.coordinatorKeys.includes(run.target))
+  if (coordinatorRuns.length > 0) {
+    lines.push("")
+    lines.push(`p99 ≤ ${p99GoalMs} ms at ${percent}% of peak (the issue's goal), per coordinator target:`)
+    lines.push("")
+    for (const { peak, run } of coordinatorRuns) {
+      lines.push(
+        `- ${labelOf(run.target)}, ${run.workload}, ${formatRate(run.offeredPerSecond)} cycles/s offered (${percent}% of ${formatRate(cyclesPerSecond(peak))} at ${peak.concurrency} in flight): ${p99Verdict(run).text}.`
+      )
+    }
+  }
+  const errorsSeen = phase.runs.filter(({ run }) => run.firstError !== undefined)
+  if (errorsSeen.length > 0) {
+    lines.push("")
+    lines.push("First error (or client retries) seen per open-loop run, warm-up and drain included:")
+    lines.push("")
+    for (const { run } of errorsSeen)
+      lines.push(`- ${labelOf(run.target)}, ${run.workload}: \`${run.firstError}\``)
+  }
+  lines.push("")
+  return lines
+}
 
 export const renderMarkdown = (report: Report, chartFile: string): string => {
   const lines: Array<string> = []
@@ -132,8 +190,10 @@ export const renderMarkdown = (report: Report, chartFile: string): string => {
     }
   }
   lines.push("")
+  lines.push(...renderHalfPeak(report, labelOf))
   lines.push("## Ceilings, measured in the same run")
   lines.push("")
+  if (!report.ceilingsMeasured) lines.push("Not measured: `--no-ceilings`.", "")
   if (report.echo.length > 0) {
     lines.push(
       "NATS request/reply to an echo service in its own process (answers each request with its bytes; no decision, no database), same uniform workload, same concurrency; *batched* uses the bench's coalescer (commands issued before the same microtask checkpoint, per partition, one message, as the SDK does)."
@@ -164,6 +224,7 @@ export const renderMarkdown = (report: Report, chartFile: string): string => {
     }
     lines.push("")
   }
+  lines.push(...renderGoals(report, labelOf))
   if (report.remarks.length > 0) {
     lines.push("## Remarks")
     lines.push("")
