@@ -135,3 +135,12 @@ export const idleEvictionIntervalMsMin = 250
  * overlap round trips and fsyncs. Past it, groups wait for a writer (and grow).
  */
 export const storeWritersMax = 4
+
+/**
+ * Users loaded by one query. Loads asked for while others are out wait and go together; past this
+ * many distinct users, the rest wait for the next query.
+ */
+export const storeUsersPerLoadMax = 256
+
+/** Load queries out at once; more loads queue (and batch). Keeps the pool's other connections for writes. */
+export const storeLoadsInFlightMax = 2

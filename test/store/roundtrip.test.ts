@@ -185,6 +185,29 @@ describe("PostgresStore round trip", () => {
     expect(loaded.holds).toHaveLength(3)
   })
 
+  it("loads each user the same when many load at once (one batched query) as when loaded alone", async () => {
+    const users = Array.from({ length: 40 }, (_, index) => `user-batch-${index} "q" {a,b}`)
+    for (const [index, user] of users.entries()) {
+      // Every other user has a history; the rest were never written.
+      if (index % 2 === 0) await Effect.runPromise(store.write(historyOf(user)))
+    }
+    const together = await Effect.runPromise(
+      Effect.all(
+        [...users, users[0]!].map((user) => store.load(user, now)),
+        { concurrency: "unbounded" }
+      )
+    )
+    for (const [index, user] of users.entries()) {
+      const alone = await Effect.runPromise(store.load(user, now))
+      expect(canonical(together[index]!)).toEqual(canonical(alone))
+      expect(canonical(alone)).toEqual(
+        index % 2 === 0 ? canonical(await memoryLoad(historyOf(user), user)) : canonical(emptyStoredUser)
+      )
+    }
+    // The same user asked for twice in one batch gets the same answer twice.
+    expect(together[users.length]).toEqual(together[0])
+  })
+
   it("loads a user never written as the empty user", async () => {
     expect(await Effect.runPromise(store.load("nobody", now))).toEqual(emptyStoredUser)
   })

@@ -1,16 +1,18 @@
 /**
- * The Store port over Postgres (`pg`). Loads are one statement each; writes go through one
- * GroupCommit writer, so concurrent actors share transactions. Every `pg` failure becomes
+ * The Store port over Postgres (`pg`). Concurrent loads share statements (LoadBatch); writes go
+ * through GroupCommit writers, so concurrent actors share transactions. Every `pg` failure becomes
  * `StoreUnavailable` here, at the edge.
  */
 import { Effect, Layer } from "effect"
 import type { Scope } from "effect"
 import pg from "pg"
-import type { StoreEvent } from "../../domain/events.js"
+import type { StoreEvent, StoredUser } from "../../domain/events.js"
 import {
   idRetentionMs,
   storeConnectTimeoutMs,
   storeEventsPerCommitMax,
+  storeLoadsInFlightMax,
+  storeUsersPerLoadMax,
   storeWritersMax,
   storeQueryTimeoutMs
 } from "../../domain/limits.js"
@@ -22,10 +24,11 @@ import { Store, StoreUnavailable } from "../Store.js"
 import type { InvalidSchemaName, SchemaTooNew, MigrationFilesInvalid, SettingsMismatch } from "./errors.js"
 import { checkSchemaName, storeUnavailable } from "./errors.js"
 import type { LoadUserRow } from "./loadUser.js"
-import { loadUserSql, storedUserFromRow } from "./loadUser.js"
+import { loadUsersSql, storedUserFromRow } from "./loadUser.js"
+import { makeLoadBatch } from "../LoadBatch.js"
 import { migrate } from "./migrate.js"
 import { ensureSettings } from "./settings.js"
-import { periodNoneSentinel, writeGroup, writeStatements } from "./writeEvents.js"
+import { periodNoneSentinel, statementName, writeGroup, writeStatements } from "./writeEvents.js"
 
 /** The schema when configuration names none. */
 export const defaultSchema = "quota"
@@ -44,6 +47,8 @@ export interface PostgresStoreOptions {
   readonly pipelined?: boolean
   /** Groups committed at once (see storeWritersMax). */
   readonly writersMax?: number
+  /** Load queries out at once (see storeLoadsInFlightMax). */
+  readonly loadsInFlightMax?: number
 }
 
 /** A (user, meter, period) whose running total differs from its ledger sum; reconcile wants none. */
@@ -76,7 +81,7 @@ export interface PostgresStore extends StoreShape {
 }
 
 const queryStatements = (schema: string) => ({
-  load: loadUserSql(schema),
+  loadUsers: loadUsersSql(schema),
   usersWithExpiries: `
     select user_id from (
       select user_id from "${schema}".holds where state = 'pending' and expires_at <= $1
@@ -151,13 +156,24 @@ export const makePostgresStore = (
       closed: () => new StoreUnavailable({ reason: "the store is shutting down" })
     })
 
+    const loadStatementName = statementName("loadUsers", schema)
+    const loads = makeLoadBatch<string, StoredUser>({
+      query: async (users, now) => {
+        const result = await pool.query<LoadUserRow & { user_id: string }>({
+          name: loadStatementName,
+          text: queries.loadUsers,
+          values: [users, now - idRetentionMs]
+        })
+        return new Map(result.rows.map((row) => [row.user_id, storedUserFromRow(row)]))
+      },
+      keysPerQueryMax: storeUsersPerLoadMax,
+      queriesInFlightMax: options.loadsInFlightMax ?? storeLoadsInFlightMax
+    })
+
     const store: PostgresStore = {
       load: (user, now) =>
         Effect.tryPromise({
-          try: async () => {
-            const result = await pool.query<LoadUserRow>(queries.load, [user, now - idRetentionMs])
-            return storedUserFromRow(result.rows[0]!)
-          },
+          try: () => loads.load(user, now),
           catch: storeUnavailable(`load user ${JSON.stringify(user)}`)
         }),
       write: groupCommit.submit,

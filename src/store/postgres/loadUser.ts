@@ -1,16 +1,24 @@
 /**
- * Loading one user: everything its actor needs, in one statement and one round trip. Each part is a
- * json_agg subselect; bigint values come back as JSON numbers, exact up to 2^53-1.
+ * Loading users: everything an actor needs, in one statement and one round trip for many users at once
+ * (the cold start of a partition touches thousands). Each part is a json_agg subselect; bigint values
+ * come back as JSON numbers, exact up to 2^53-1.
  */
 import type { HoldRecord, StoredUser } from "../../domain/events.js"
 import { periodNoneSentinel } from "./writeEvents.js"
 
 /**
- * $1 the user, $2 the retention cutoff (now - idRetentionMs): closed holds and adjust ids older than
- * it are forgotten. Consume keys of a loaded hold come with it (those applied since the hold was
- * created), found through usage_ledger_applied_once.
+ * One user's row: `user` is the SQL expression naming the user, `cutoff` the retention cutoff
+ * (now - idRetentionMs): closed holds and adjust ids older than it are forgotten. Consume keys of a
+ * loaded hold come with it (those applied since the hold was created), found through
+ * usage_ledger_applied_once.
  */
-export const loadUserSql = (schema: string): string => `
+const userRowSql = (schema: string, user: string, cutoff: string): string =>
+  userRowTemplate(schema)
+    .replaceAll("$1", () => user)
+    .replaceAll("$2", () => cutoff)
+
+/** $1 the user, $2 the cutoff. */
+const userRowTemplate = (schema: string): string => `
   select
     (select plan from "${schema}".user_plans where user_id = $1) as plan,
     coalesce((
@@ -54,6 +62,15 @@ export const loadUserSql = (schema: string): string => `
       from "${schema}".slots where user_id = $1
     ), '[]'::json) as slots
 `
+
+/** $1 the user, $2 the retention cutoff: one row. */
+export const loadUserSql = (schema: string): string => userRowSql(schema, "$1", "$2")
+
+/** $1 the users (text[], distinct), $2 the retention cutoff: one row per user, with `user_id`. */
+export const loadUsersSql = (schema: string): string => `
+  select requested.user_id, loaded.*
+  from unnest($1::text[]) as requested (user_id)
+  cross join lateral (${userRowSql(schema, "requested.user_id", "$2")}) as loaded`
 
 /** The row of loadUserSql as `pg` parses it (json columns are parsed to values). */
 export interface LoadUserRow {

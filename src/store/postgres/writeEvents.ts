@@ -6,7 +6,7 @@
  */
 import type pg from "pg"
 import type { HoldRecord, LedgerOperation, StoreEvent } from "../../domain/events.js"
-import { fnv1a32, partitionOf } from "../../domain/partition.js"
+import { fnv1a32OfString, partitionOf } from "../../domain/partition.js"
 import type { Fence } from "../Fence.js"
 import { PartitionsFenced } from "../Fence.js"
 import { withCheckedOutClient } from "./checkedOutClient.js"
@@ -149,17 +149,20 @@ export type WriteStatements = { readonly [key in StatementKey]: NamedStatement }
 /**
  * Named, so each pooled connection parses and plans a statement once instead of once per group (the
  * server's CPU per commit is what bounds throughput). The schema's hash keeps the names of two stores
- * apart, should they ever share a connection.
+ * apart, should they ever share a pool.
  */
 export const writeStatements = (schema: string): WriteStatements => {
   const texts = statementTexts(schema)
-  const schemaTag = fnv1a32(new TextEncoder().encode(schema)).toString(36)
   const named = {} as Record<StatementKey, NamedStatement>
   for (const key of Object.keys(texts) as Array<StatementKey>) {
-    named[key] = { name: `quota_${key}_${schemaTag}`, text: texts[key] }
+    named[key] = { name: statementName(key, schema), text: texts[key] }
   }
   return named
 }
+
+/** A prepared statement's name: what it does, and the schema's hash (Postgres names stop at 63 bytes). */
+export const statementName = (key: string, schema: string): string =>
+  `quota_${key}_${fnv1a32OfString(schema).toString(36)}`
 
 /** The partitions a group writes, with the epochs this process holds them under; throws if one is not held. */
 const fenceOf = (
