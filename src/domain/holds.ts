@@ -18,7 +18,16 @@ import {
 import type { AdjustResult, HoldResult, HoldStatus, Result } from "./results.js"
 import { invalidRequest, notFound, overloaded, unknownMeter } from "./results.js"
 import type { Hold, UserState } from "./state.js"
-import { holdRecord, holdReserved, holdView, meterAt, meterLimit, meterView } from "./state.js"
+import {
+  holdRecord,
+  holdReserved,
+  holdView,
+  meterAt,
+  meterLimit,
+  meterView,
+  releaseIfEmpty,
+  writable
+} from "./state.js"
 
 type CommandOf<Op extends OpsCommand["op"]> = Extract<OpsCommand, { op: Op }>
 
@@ -85,12 +94,14 @@ const closeHold = (
   meterState.pendingHolds -= 1
   hold.state = closedState
   hold.closedAt = ctx.now
-  state.pending.delete(hold.id)
-  state.closed.set(hold.id, hold)
-  while (state.closed.size > closedHoldsPerUserMax) {
-    const oldest = state.closed.keys().next().value
+  writable(state, "pending").delete(hold.id)
+  releaseIfEmpty(state, "pending")
+  const closed = writable(state, "closed")
+  closed.set(hold.id, hold)
+  while (closed.size > closedHoldsPerUserMax) {
+    const oldest = closed.keys().next().value
     if (oldest === undefined) break
-    state.closed.delete(oldest)
+    closed.delete(oldest)
   }
 }
 
@@ -139,7 +150,7 @@ export const reserve = (
     closedAt: null,
     consumeKeys: null
   }
-  state.pending.set(hold.id, hold)
+  writable(state, "pending").set(hold.id, hold)
   meterState.reserved += hold.amount
   meterState.pendingHolds += 1
   assertGrantWithinLimit(state, hold.meter, limit)
@@ -265,11 +276,12 @@ export const adjust = (
     return invalidRequest("amount: would take the meter's used past 2^53-1")
   }
   const delta = command.amount >= 0 ? command.amount : refundDelta(meterState.used, -command.amount)
-  state.adjustments.set(command.id, { meter: command.meter, amount: command.amount, at: ctx.now })
-  while (state.adjustments.size > adjustIdsPerUserMax) {
-    const oldest = state.adjustments.keys().next().value
+  const adjustments = writable(state, "adjustments")
+  adjustments.set(command.id, { meter: command.meter, amount: command.amount, at: ctx.now })
+  while (adjustments.size > adjustIdsPerUserMax) {
+    const oldest = adjustments.keys().next().value
     if (oldest === undefined) break
-    state.adjustments.delete(oldest)
+    adjustments.delete(oldest)
   }
   recordUsage(ctx, state, output, {
     meter: command.meter,
@@ -301,12 +313,13 @@ export const expireHolds = (ctx: DecideContext, state: UserState, output: Output
 /** Forgets closed holds and adjust ids past the retention window (both maps are in time order). */
 export const pruneRemembered = (ctx: DecideContext, state: UserState): void => {
   const cutoff = ctx.now - idRetentionMs
+  // Deletes only what is there, so an untouched sentinel is never written.
   for (const [id, hold] of state.closed) {
     if ((hold.closedAt ?? 0) >= cutoff) break
-    state.closed.delete(id)
+    writable(state, "closed").delete(id)
   }
   for (const [id, adjustment] of state.adjustments) {
     if (adjustment.at >= cutoff) break
-    state.adjustments.delete(id)
+    writable(state, "adjustments").delete(id)
   }
 }

@@ -8,7 +8,7 @@ import { assertSlotsWithinLimit } from "./invariants.js"
 import { slotWaitersPerUserMax } from "./limits.js"
 import type { SlotResult } from "./results.js"
 import type { UserState } from "./state.js"
-import { slotLimit } from "./state.js"
+import { releaseIfEmpty, slotLimit, writable, writableWaiters } from "./state.js"
 
 type CommandOf<Op extends OpsCommand["op"]> = Extract<OpsCommand, { op: Op }>
 
@@ -39,7 +39,7 @@ const grant = (
   output: Output
 ): number => {
   const leaseExpiresAt = ctx.now + leaseMs
-  state.slots.set(job, leaseExpiresAt)
+  writable(state, "slots").set(job, leaseExpiresAt)
   output.events.push({ kind: "slot", user: state.user, job, leaseExpiresAt })
   return leaseExpiresAt
 }
@@ -79,7 +79,7 @@ export const acquireSlot = (
     return null
   }
   if (state.waiters.length >= slotWaitersPerUserMax) return busy(ctx, state)
-  state.waiters.push({ job: command.job, leaseMs: command.leaseMs, deadlineAt })
+  writableWaiters(state).push({ job: command.job, leaseMs: command.leaseMs, deadlineAt })
   return null
 }
 
@@ -100,7 +100,9 @@ export const releaseSlot = (
   command: CommandOf<"release_slot">,
   output: Output
 ): SlotResult => {
-  if (!state.slots.delete(command.job)) return slotResult(ctx, state, "not_found")
+  if (!state.slots.has(command.job)) return slotResult(ctx, state, "not_found")
+  writable(state, "slots").delete(command.job)
+  releaseIfEmpty(state, "slots")
   output.events.push({ kind: "slot_freed", user: state.user, job: command.job, reason: "released" })
   const result = slotResult(ctx, state, "released", { job: command.job })
   grantWaiters(ctx, state, output)
@@ -110,7 +112,7 @@ export const releaseSlot = (
 /** Hands free slots to waiters in FIFO order. */
 export const grantWaiters = (ctx: DecideContext, state: UserState, output: Output): void => {
   while (state.waiters.length > 0 && hasFreeSlot(ctx, state)) {
-    const waiter = state.waiters.shift()!
+    const waiter = writableWaiters(state).shift()!
     const status = state.slots.has(waiter.job) ? "exists" : "acquired"
     const leaseExpiresAt = grant(ctx, state, waiter.job, waiter.leaseMs, output)
     assertSlotsWithinLimit(state, slotLimit(ctx.config, state))
@@ -125,7 +127,8 @@ export const grantWaiters = (ctx: DecideContext, state: UserState, output: Outpu
 export const expireSlots = (ctx: DecideContext, state: UserState, output: Output): void => {
   for (const [job, leaseExpiresAt] of [...state.slots]) {
     if (leaseExpiresAt > ctx.now) continue
-    state.slots.delete(job)
+    writable(state, "slots").delete(job)
+    releaseIfEmpty(state, "slots")
     output.events.push({ kind: "slot_freed", user: state.user, job, reason: "expired" })
   }
   grantWaiters(ctx, state, output)
@@ -135,7 +138,7 @@ export const expireSlots = (ctx: DecideContext, state: UserState, output: Output
       index += 1
       continue
     }
-    state.waiters.splice(index, 1)
+    writableWaiters(state).splice(index, 1)
     output.wakeups.push({ job: waiter.job, result: busy(ctx, state) })
   }
 }

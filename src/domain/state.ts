@@ -39,33 +39,90 @@ export interface Adjustment {
   readonly at: number
 }
 
+/**
+ * A user's collections start as shared empty sentinels and get their own Map (or array) on the first
+ * write, through `writable`/`writableWaiters`: an empty Map costs ~190 B, and most resident users never
+ * touch most of them (memory per resident actor is what the resident cap multiplies). Reads use the
+ * fields as they are. The sentinels refuse writes with a crash, so a write that bypasses `writable`
+ * fails loudly instead of leaking into every user.
+ */
 export interface UserState {
   readonly user: string
   plan: string | null
   /** Per-user limits set with `set_limit`; undefined until the first (most users have none). */
   limitOverrides: Map<string, number> | undefined
+  meters: ReadonlyMap<string, MeterState>
+  pending: ReadonlyMap<string, Hold>
+  /** Closed holds in the order they closed, so the oldest are pruned from the front. */
+  closed: ReadonlyMap<string, Hold>
+  /** `adjust` ids in the order they were applied. */
+  adjustments: ReadonlyMap<string, Adjustment>
+  /** job -> leaseExpiresAt */
+  slots: ReadonlyMap<string, number>
+  /** FIFO queue of `acquire_slot` callers waiting for a slot. Memory only: a crash ends their wait. */
+  waiters: ReadonlyArray<Waiter>
+}
+
+/** The collections of a UserState as their writers see them. */
+interface WritableCollections {
   readonly meters: Map<string, MeterState>
   readonly pending: Map<string, Hold>
-  /** Closed holds in the order they closed, so the oldest are pruned from the front. */
   readonly closed: Map<string, Hold>
-  /** `adjust` ids in the order they were applied. */
   readonly adjustments: Map<string, Adjustment>
-  /** job -> leaseExpiresAt */
   readonly slots: Map<string, number>
-  /** FIFO queue of `acquire_slot` callers waiting for a slot. Memory only: a crash ends their wait. */
-  readonly waiters: Array<Waiter>
+}
+
+class NoEntries extends Map<never, never> {
+  override set(): never {
+    throw new Error("bug: a write to the shared empty collection of a user state (use writable())")
+  }
+  override delete(): never {
+    throw new Error("bug: a write to the shared empty collection of a user state (use writable())")
+  }
+  override clear(): never {
+    throw new Error("bug: a write to the shared empty collection of a user state (use writable())")
+  }
+}
+
+const noEntries: ReadonlyMap<never, never> = new NoEntries()
+const noWaiters: ReadonlyArray<Waiter> = Object.freeze([])
+
+/** The field's own Map, made on the first write. */
+export const writable = <Field extends keyof WritableCollections>(
+  state: UserState,
+  field: Field
+): WritableCollections[Field] => {
+  const current = state[field]
+  if (current !== noEntries) return current as WritableCollections[Field]
+  const created = new Map() as WritableCollections[Field]
+  ;(state as unknown as Record<Field, WritableCollections[Field]>)[field] = created
+  return created
+}
+
+/**
+ * Gives an emptied collection back to the shared sentinel: most users hold a hold or a slot only now
+ * and then, and an empty Map kept for each of them is memory the resident cap multiplies.
+ */
+export const releaseIfEmpty = (state: UserState, field: "pending" | "slots"): void => {
+  if (state[field].size === 0) state[field] = noEntries
+}
+
+/** The waiters' own array, made on the first write. */
+export const writableWaiters = (state: UserState): Array<Waiter> => {
+  if (state.waiters === noWaiters) state.waiters = []
+  return state.waiters as Array<Waiter>
 }
 
 export const emptyUserState = (user: string): UserState => ({
   user,
   plan: null,
   limitOverrides: undefined,
-  meters: new Map(),
-  pending: new Map(),
-  closed: new Map(),
-  adjustments: new Map(),
-  slots: new Map(),
-  waiters: []
+  meters: noEntries,
+  pending: noEntries,
+  closed: noEntries,
+  adjustments: noEntries,
+  slots: noEntries,
+  waiters: noWaiters
 })
 
 /** The reserved part of a pending hold: what it may still turn into usage without passing its amount. */
@@ -88,7 +145,7 @@ export const meterAt = (config: Config, state: UserState, meter: string, now: nu
   let meterState = state.meters.get(meter)
   if (meterState === undefined) {
     meterState = { periodStart, used: 0, reserved: 0, pendingHolds: 0 }
-    state.meters.set(meter, meterState)
+    writable(state, "meters").set(meter, meterState)
   } else if (meterState.periodStart !== periodStart) {
     meterState.periodStart = periodStart
     meterState.used = 0
@@ -169,7 +226,7 @@ export const userStateFromStored = (user: string, stored: StoredUser): UserState
   state.plan = stored.plan
   for (const { meter, limit } of stored.limitOverrides) (state.limitOverrides ??= new Map()).set(meter, limit)
   for (const { meter, periodStart, used } of stored.usage) {
-    state.meters.set(meter, { periodStart, used, reserved: 0, pendingHolds: 0 })
+    writable(state, "meters").set(meter, { periodStart, used, reserved: 0, pendingHolds: 0 })
   }
   const closedInOrder: Array<Hold> = []
   for (const record of stored.holds) {
@@ -178,11 +235,11 @@ export const userStateFromStored = (user: string, stored: StoredUser): UserState
       consumeKeys: record.consumeKeys.length === 0 ? null : new Set(record.consumeKeys)
     }
     if (hold.state === "pending") {
-      state.pending.set(hold.id, hold)
+      writable(state, "pending").set(hold.id, hold)
       let meterState = state.meters.get(hold.meter)
       if (meterState === undefined) {
         meterState = { periodStart: null, used: 0, reserved: 0, pendingHolds: 0 }
-        state.meters.set(hold.meter, meterState)
+        writable(state, "meters").set(hold.meter, meterState)
       }
       meterState.reserved += holdReserved(hold)
       meterState.pendingHolds += 1
@@ -191,9 +248,11 @@ export const userStateFromStored = (user: string, stored: StoredUser): UserState
     }
   }
   closedInOrder.sort((left, right) => (left.closedAt ?? 0) - (right.closedAt ?? 0))
-  for (const hold of closedInOrder) state.closed.set(hold.id, hold)
+  for (const hold of closedInOrder) writable(state, "closed").set(hold.id, hold)
   const adjustmentsInOrder = [...stored.adjustments].sort((left, right) => left.at - right.at)
-  for (const { id, meter, amount, at } of adjustmentsInOrder) state.adjustments.set(id, { meter, amount, at })
-  for (const { job, leaseExpiresAt } of stored.slots) state.slots.set(job, leaseExpiresAt)
+  for (const { id, meter, amount, at } of adjustmentsInOrder) {
+    writable(state, "adjustments").set(id, { meter, amount, at })
+  }
+  for (const { job, leaseExpiresAt } of stored.slots) writable(state, "slots").set(job, leaseExpiresAt)
   return state
 }
