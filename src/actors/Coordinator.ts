@@ -98,10 +98,21 @@ export const makeCoordinator = (
     const scheduleDeadline = (actor: UserActor, deadline: number | null): void => {
       const at = deadline ?? Infinity
       if (at === actor.scheduledDeadline) return
+      // The heap is keyed by user: an actor already dropped (its fiber not yet interrupted) must not
+      // move the deadline of the user's next actor.
+      if (actors.get(actor.user)?.actor !== actor) return
       actor.scheduledDeadline = at
-      if (at === Infinity) return
-      deadlines.push(at, actor.user)
+      if (at === Infinity) {
+        deadlines.delete(actor.user)
+        return
+      }
+      deadlines.set(actor.user, at)
       if (at < timerTarget) Deferred.doneUnsafe(wakeTimer, Exit.void)
+    }
+    /** A forgotten actor's deadline goes with it; the orphan sweep finds what falls due (sweepOnce). */
+    const forgetDeadline = (actor: UserActor): void => {
+      if (actor.scheduledDeadline !== Infinity) deadlines.delete(actor.user)
+      actor.scheduledDeadline = Infinity
     }
 
     const settings: ActorSettings = {
@@ -115,7 +126,9 @@ export const makeCoordinator = (
       onError: options.onError ?? (() => {}),
       onPersisted: options.onPersisted ?? (() => {}),
       onClose: (actor) => {
-        if (actors.get(actor.user)?.actor === actor) actors.delete(actor.user)
+        if (actors.get(actor.user)?.actor !== actor) return
+        actors.delete(actor.user)
+        forgetDeadline(actor)
       }
     }
 
@@ -125,6 +138,7 @@ export const makeCoordinator = (
     /** Forgets an idle actor: it has no fiber, so its memory goes with it. */
     const evict = (resident: ResidentActor): void => {
       actors.delete(resident.actor.user)
+      forgetDeadline(resident.actor)
       resident.actor.closed = true
       resident.actor.state = undefined
     }
@@ -239,6 +253,7 @@ export const makeCoordinator = (
         const running: Array<Fiber.Fiber<void>> = []
         for (const resident of residents) {
           actors.delete(resident.actor.user)
+          forgetDeadline(resident.actor)
           // A running actor answers what it holds when interrupted; an idle one may still have
           // parked waiters, answered here.
           if (resident.actor.busy && resident.fiber !== undefined) running.push(resident.fiber)
