@@ -22,14 +22,17 @@ export interface HoldingProxy {
   readonly close: () => Promise<void>
 }
 
-/** The fence statement, before and after it became a function (writeEvents.ts, migration 0003). */
-const fencePattern = /assert_partition_epochs|for share of owner_row/
+/**
+ * The fence statement, before and after it became a function (writeEvents.ts, migration 0003), and the
+ * name it is prepared under (a connection sends its text once, then Binds the name).
+ */
+const fencePattern = /assert_partition_epochs|for share of owner_row|quota_assertFence_/
 
 interface Connection {
   /** Bytes received from the client and not yet framed. */
   pending: Buffer
   startupDone: boolean
-  /** Saw the fence's Parse (or simple Query); hold after the next Sync. */
+  /** Saw the fence's Parse, Bind or simple Query; hold after the next Sync. */
   fenceSeen: boolean
   held: boolean
   heldBytes: Array<Buffer>
@@ -70,7 +73,7 @@ export const startHoldingProxy = async (targetHost: string, targetPort: number):
       const type = String.fromCharCode(message[0]!)
       if (
         armed !== undefined &&
-        (type === "P" || type === "Q") &&
+        (type === "P" || type === "Q" || type === "B") &&
         fencePattern.test(message.toString("utf8"))
       ) {
         connection.fenceSeen = true
