@@ -35,6 +35,12 @@ export interface OwnershipState {
   readonly servable: (partition: number) => boolean
   /** Wakes the ownership loop for an immediate round (set by runOwnership). */
   wake: () => void
+  /** Set by leaveOwnership: the loop claims nothing more and ends after the round in flight. */
+  leaving: boolean
+  /** Whether runOwnership was started (leaveOwnership then waits for it to end). */
+  loopStarted: boolean
+  /** Completed when the ownership loop has ended. */
+  readonly loopEnded: Deferred.Deferred<void>
 }
 
 /** The part of the lease a process counts on locally; the rest absorbs scheduling delays. */
@@ -53,6 +59,9 @@ export const makeOwnershipState = (owner: string = makeOwnerId()): OwnershipStat
     superseded,
     servable: (partition) => epochs.has(partition) && performance.now() < (servableUntil.get(partition) ?? 0),
     wake: () => {},
+    leaving: false,
+    loopStarted: false,
+    loopEnded: Deferred.makeUnsafe<void>(),
     fence: {
       owner,
       epochOf: (partition) => epochs.get(partition),
@@ -135,6 +144,8 @@ export const ownershipRound = (options: OwnershipOptions) =>
       yield* queries.release(state.owner, handOff)
     }
 
+    // Leaving: a claim now would hold a lease that nobody renews or serves.
+    if (state.leaving) return
     const wanted = [...share].filter((partition) => !state.epochs.has(partition))
     const claimSentAt = performance.now()
     const claimed = yield* queries.claim(state.owner, wanted, leaseMs)
@@ -150,32 +161,51 @@ export const ownershipRound = (options: OwnershipOptions) =>
   })
 
 /**
- * Runs rounds until interrupted; a failed round (Postgres away) is logged and retried next round. A
- * write that finds its epoch superseded wakes the loop for an immediate round, which steps down.
+ * Runs rounds until leaving (or interrupted); a failed round (Postgres away) is logged and retried next
+ * round. A write that finds its epoch superseded wakes the loop for an immediate round, which steps down.
  */
-export const runOwnership = (options: OwnershipOptions): Effect.Effect<never> =>
+export const runOwnership = (options: OwnershipOptions): Effect.Effect<void> =>
   Effect.gen(function* () {
+    const { state } = options
+    state.loopStarted = true
     let woken = Deferred.makeUnsafe<void>()
-    options.state.wake = () => Deferred.doneUnsafe(woken, Exit.void)
-    return yield* Effect.forever(
-      Effect.gen(function* () {
-        if (Deferred.isDoneUnsafe(woken)) woken = Deferred.makeUnsafe<void>()
-        const round = yield* Effect.exit(ownershipRound(options))
-        if (Exit.isFailure(round)) {
-          options.log("ownership round failed", { error: String(Cause.squash(round.cause)) })
-        }
-        yield* Effect.raceFirst(Effect.sleep(options.renewIntervalMs), Deferred.await(woken))
-      })
-    )
-  })
+    state.wake = () => Deferred.doneUnsafe(woken, Exit.void)
+    while (!state.leaving) {
+      if (Deferred.isDoneUnsafe(woken)) woken = Deferred.makeUnsafe<void>()
+      const round = yield* Effect.exit(ownershipRound(options))
+      if (Exit.isFailure(round)) {
+        options.log("ownership round failed", { error: String(Cause.squash(round.cause)) })
+      }
+      if (state.leaving) break
+      yield* Effect.raceFirst(Effect.sleep(options.renewIntervalMs), Deferred.await(woken))
+    }
+  }).pipe(Effect.ensuring(Effect.sync(() => Deferred.doneUnsafe(options.state.loopEnded, Exit.void))))
 
-/** Graceful leave: mark leaving, hand every partition off cleanly, release the leases, forget the member. */
+/**
+ * Graceful leave: stop the ownership loop (its round in flight finishes first, so a claim it sent is
+ * known before the release), mark leaving, hand every partition off cleanly, release every lease this
+ * owner holds, forget the member. Without the wait, a claim answered after the release left leases
+ * nobody renewed, and their partitions unserved until the lease ran out.
+ */
 export const leaveOwnership = (options: OwnershipOptions) =>
   Effect.gen(function* () {
     const { state, queries } = options
-    yield* Effect.exit(queries.heartbeat(state.owner, true))
-    const held = new Map(state.epochs)
-    yield* stepDown(options, [...held.keys()], "leaving")
-    yield* Effect.exit(queries.release(state.owner, held))
-    yield* Effect.exit(queries.forgetMember(state.owner))
+    state.leaving = true
+    if (state.loopStarted) {
+      state.wake()
+      // Bounded: a round stuck on an unreachable database must not hold the exit forever.
+      yield* Effect.raceFirst(Deferred.await(state.loopEnded), Effect.sleep(options.leaseMs))
+    }
+    // Each step is tried whatever the one before did; a failure is logged (the leases then run out).
+    const attempt = (step: string, effect: Effect.Effect<void, unknown>) =>
+      Effect.flatMap(Effect.exit(effect), (exit) =>
+        Effect.sync(() => {
+          if (Exit.isFailure(exit))
+            options.log(`leaving: ${step} failed`, { error: String(Cause.squash(exit.cause)) })
+        })
+      )
+    yield* attempt("heartbeat", queries.heartbeat(state.owner, true))
+    yield* stepDown(options, [...state.epochs.keys()], "leaving")
+    yield* attempt("release", queries.releaseAll(state.owner))
+    yield* attempt("forget member", queries.forgetMember(state.owner))
   })

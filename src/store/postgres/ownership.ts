@@ -57,7 +57,11 @@ export const ownershipStatements = (schema: string) => ({
     update "${schema}".partition_owners as owner_row
     set lease_expires_at = 0
     from unnest($2::integer[], $3::bigint[]) as held (partition, epoch)
-    where owner_row.partition = held.partition and owner_row.epoch = held.epoch and owner_row.owner = $1`
+    where owner_row.partition = held.partition and owner_row.epoch = held.epoch and owner_row.owner = $1`,
+  // Leaving: every lease of this owner, including one whose claim answer never reached it.
+  releaseAll: `
+    update "${schema}".partition_owners set lease_expires_at = 0
+    where owner = $1 and lease_expires_at > 0`
 })
 
 export type OwnershipStatements = ReturnType<typeof ownershipStatements>
@@ -82,6 +86,8 @@ export interface OwnershipQueries {
     owner: string,
     held: ReadonlyMap<number, number>
   ) => Effect.Effect<void, StoreUnavailable>
+  /** Releases every lease the owner holds (leaving). */
+  readonly releaseAll: (owner: string) => Effect.Effect<void, StoreUnavailable>
 }
 
 export const makeOwnershipQueries = (pool: pg.Pool, schema: string): OwnershipQueries => {
@@ -139,6 +145,13 @@ export const makeOwnershipQueries = (pool: pg.Pool, schema: string): OwnershipQu
           await pool.query(statements.release, [owner, [...held.keys()], [...held.values()]])
         },
         catch: storeUnavailable("release partitions")
+      }),
+    releaseAll: (owner) =>
+      Effect.tryPromise({
+        try: async () => {
+          await pool.query(statements.releaseAll, [owner])
+        },
+        catch: storeUnavailable("release every partition")
       })
   }
 }
