@@ -112,8 +112,17 @@ const echoCeiling = (run: RunResult | undefined, requestsPerCycle: number): Ceil
         batch: run.meanBatch
       }
 
+/**
+ * Below this many rows per cycle a cycle's durable writes are per group commit, not per cycle (the hot
+ * user, where nearly every reserve is refused), and a rows-per-cycle ceiling says nothing.
+ */
+const rowsPerCycleMeaningfulMin = 0.05
+
+/** A Node.js process at this share of one core (%) or more is saturated: its one thread is the bound. */
+const saturatedCorePercent = 85
+
 const insertCeiling = (insert: InsertCeiling | undefined, rows: number | undefined): Ceiling | undefined =>
-  insert === undefined || rows === undefined || rows <= 0
+  insert === undefined || rows === undefined || rows < rowsPerCycleMeaningfulMin
     ? undefined
     : {
         cyclesPerSecond: insert.rowsPerSecond / rows,
@@ -166,9 +175,26 @@ const ceilingSentences = (
       `It is above the Postgres bare-insert ceiling of this run (${insert.where} = ${formatRate(insert.cyclesPerSecond)} cycles/s, one writer): no design that writes those rows durably, one commit at a time, can reach it on this machine.`
     )
   }
+  sentences.push(...saturationSentences(best, "the coordinator's best run"))
   if (sentences.length === 0) {
     sentences.push(
       `The required ${formatRate(required)} cycles/s is below every ceiling measured in this run (highest: NATS echo per message ${cell(perMessage)}, batched ${cell(batched)}, Postgres bare insert ${cell(insert)} cycles/s).`
+    )
+  }
+  return sentences
+}
+
+/** Which single-threaded process of a run was saturated: the bench's load generator, the coordinator. */
+const saturationSentences = (run: RunResult, what: string): Array<string> => {
+  const sentences: Array<string> = []
+  if (run.cpu.bench >= saturatedCorePercent) {
+    sentences.push(
+      `In ${what} (${run.target} at ${run.concurrency} in flight) the bench's own load generator, one Node.js thread, used ${Math.round(run.cpu.bench)}% of a core: it bounds that number as much as the system under test does.`
+    )
+  }
+  if (run.cpu.serverLabel === "coord" && run.cpu.server >= saturatedCorePercent) {
+    sentences.push(
+      `In ${what} (${run.target} at ${run.concurrency} in flight) the coordinator's one Node.js thread used ${Math.round(run.cpu.server)}% of a core.`
     )
   }
   return sentences
@@ -228,7 +254,11 @@ const throughputLines = (report: Report, labelOf: (key: string) => string): Arra
       `| ${title} | ${formatRate(required)} (${goal.factor} × ${formatRate(baselineRate)} at ${baseline.concurrency}) | ${formatRate(reached)} (${best.target} at ${best.concurrency}${best.errors + best.overGrants > 0 ? `; ${best.errors} errors, ${best.overGrants} over-grants` : ""}) | ${baselineRate > 0 ? `${(reached / baselineRate).toFixed(2)}×` : "n/a"} | ${met ? "**met**" : "**not met**"} | ${ceilingCells.join(" | ")} |`
     )
     if (report.ceilingsMeasured) {
-      notes.push(`${title}: ${ceilingSentences(report, required, best, requestsPerCycle, rows).join(" ")}`)
+      const sentences = [
+        ...ceilingSentences(report, required, best, requestsPerCycle, rows),
+        ...saturationSentences(baseline, `the best run of ${labelOf(goal.baseline)}`)
+      ]
+      notes.push(`${title}: ${sentences.join(" ")}`)
     }
   }
   lines.push("")
