@@ -294,8 +294,12 @@ const latencyLines = (report: Report, labelOf: (key: string) => string): Array<s
     const lowest = coordinatorRuns.reduce((best, entry) =>
       entry.run.latency.p99Ms < best.run.latency.p99Ms ? entry : best
     )
+    // Every design of the run at half its own peak: whether the machine and the bench let any meet it.
+    const anyDesign = phase.runs
+      .filter((entry) => entry.run.workload === workload)
+      .reduce((best, entry) => (entry.run.latency.p99Ms < best.run.latency.p99Ms ? entry : best))
     lines.push(
-      `- ${workload}: required p99 ≤ ${p99GoalMs} ms at ${Math.round(phase.fraction * 100)}% of peak; lowest coordinator p99 ${formatMs(lowest.run.latency.p99Ms)} ms (${lowest.run.target} at ${formatRate(lowest.run.offeredPerSecond)} cycles/s offered): ${metBy.length > 0 ? `**met** by ${metBy.join(", ")}` : "**not met**"}.`
+      `- ${workload}: required p99 ≤ ${p99GoalMs} ms at ${Math.round(phase.fraction * 100)}% of peak; lowest coordinator p99 ${formatMs(lowest.run.latency.p99Ms)} ms (${lowest.run.target} at ${formatRate(lowest.run.offeredPerSecond)} cycles/s offered): ${metBy.length > 0 ? `**met** by ${metBy.join(", ")}` : "**not met**"}. Lowest p99 of any design at half its own peak in this run: ${formatMs(anyDesign.run.latency.p99Ms)} ms (${labelOf(anyDesign.run.target)}, the bench's own start lag p99 ${formatMs(anyDesign.run.startLag.p99Ms)} ms inside it).`
     )
   }
   if (!report.ceilingsMeasured) {
