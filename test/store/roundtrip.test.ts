@@ -187,9 +187,13 @@ describe("PostgresStore round trip", () => {
 
   it("loads each user the same when many load at once (one batched query) as when loaded alone", async () => {
     const users = Array.from({ length: 40 }, (_, index) => `user-batch-${index} "q" {a,b}`)
+    // Every other user has a history, told apart by a plan of its own; the rest were never written.
+    const eventsOf = (user: string, index: number): ReadonlyArray<StoreEvent> => [
+      ...historyOf(user),
+      { kind: "plan", user, plan: `plan-${index}` }
+    ]
     for (const [index, user] of users.entries()) {
-      // Every other user has a history; the rest were never written.
-      if (index % 2 === 0) await Effect.runPromise(store.write(historyOf(user)))
+      if (index % 2 === 0) await Effect.runPromise(store.write(eventsOf(user, index)))
     }
     const together = await Effect.runPromise(
       Effect.all(
@@ -201,8 +205,11 @@ describe("PostgresStore round trip", () => {
       const alone = await Effect.runPromise(store.load(user, now))
       expect(canonical(together[index]!)).toEqual(canonical(alone))
       expect(canonical(alone)).toEqual(
-        index % 2 === 0 ? canonical(await memoryLoad(historyOf(user), user)) : canonical(emptyStoredUser)
+        index % 2 === 0
+          ? canonical(await memoryLoad(eventsOf(user, index), user))
+          : canonical(emptyStoredUser)
       )
+      expect(together[index]!.plan).toBe(index % 2 === 0 ? `plan-${index}` : null)
     }
     // The same user asked for twice in one batch gets the same answer twice.
     expect(together[users.length]).toEqual(together[0])

@@ -159,8 +159,9 @@ export const makePostgresStore = (
     const loadStatementName = statementName("loadUsers", schema)
     const loads = makeLoadBatch<string, StoredUser>({
       query: async (users, now) => {
+        // Named on a real server only: see queryConfig in writeEvents.ts for the embedded database.
         const result = await pool.query<LoadUserRow & { user_id: string }>({
-          name: loadStatementName,
+          ...(options.pipelined === true ? { name: loadStatementName } : {}),
           text: queries.loadUsers,
           values: [users, now - idRetentionMs]
         })

@@ -300,8 +300,13 @@ export const writeGroup = async (
   })
 }
 
-const queryConfig = (query: GroupQuery): pg.QueryConfig =>
-  query.name === undefined
+/**
+ * Named only on the pipelined path (a real server, one session per connection). The embedded PGlite
+ * is one session behind every socket and keeps a prepared statement after its connection is gone, so
+ * a new connection's Parse of the same name would fail there ("already exists") for good.
+ */
+const queryConfig = (query: GroupQuery, named: boolean): pg.QueryConfig =>
+  query.name === undefined || !named
     ? { text: query.text, values: [...query.values] }
     : { name: query.name, text: query.text, values: [...query.values] }
 
@@ -321,7 +326,7 @@ const submitCorked = (
   ).connection?.stream
   stream?.cork?.()
   try {
-    return queries.map((query) => client.query(queryConfig(query)))
+    return queries.map((query) => client.query(queryConfig(query, true)))
   } finally {
     stream?.uncork?.()
   }
@@ -335,7 +340,7 @@ const sequentially = async (
   const settled: Array<PromiseSettledResult<pg.QueryResult>> = []
   for (const query of queries) {
     try {
-      settled.push({ status: "fulfilled", value: await client.query(queryConfig(query)) })
+      settled.push({ status: "fulfilled", value: await client.query(queryConfig(query, false)) })
     } catch (reason) {
       settled.push({ status: "rejected", reason })
       break
