@@ -47,8 +47,6 @@ export interface PostgresStoreOptions {
   readonly pipelined?: boolean
   /** Groups committed at once (see storeWritersMax). */
   readonly writersMax?: number
-  /** Load queries out at once (see storeLoadsInFlightMax). */
-  readonly loadsInFlightMax?: number
 }
 
 /** A (user, meter, period) whose running total differs from its ledger sum; reconcile wants none. */
@@ -168,7 +166,7 @@ export const makePostgresStore = (
         return new Map(result.rows.map((row) => [row.user_id, storedUserFromRow(row)]))
       },
       keysPerQueryMax: storeUsersPerLoadMax,
-      queriesInFlightMax: options.loadsInFlightMax ?? storeLoadsInFlightMax
+      queriesInFlightMax: storeLoadsInFlightMax
     })
 
     const store: PostgresStore = {

@@ -7,72 +7,60 @@ import type { HoldRecord, StoredUser } from "../../domain/events.js"
 import { periodNoneSentinel } from "./writeEvents.js"
 
 /**
- * One user's row: `user` is the SQL expression naming the user, `cutoff` the retention cutoff
- * (now - idRetentionMs): closed holds and adjust ids older than it are forgotten. Consume keys of a
+ * $1 the users (text[], distinct), $2 the retention cutoff (now - idRetentionMs): one row per user,
+ * with `user_id`. Closed holds and adjust ids older than the cutoff are forgotten. Consume keys of a
  * loaded hold come with it (those applied since the hold was created), found through
  * usage_ledger_applied_once.
  */
-const userRowSql = (schema: string, user: string, cutoff: string): string =>
-  userRowTemplate(schema)
-    .replaceAll("$1", () => user)
-    .replaceAll("$2", () => cutoff)
-
-/** $1 the user, $2 the cutoff. */
-const userRowTemplate = (schema: string): string => `
-  select
-    (select plan from "${schema}".user_plans where user_id = $1) as plan,
-    coalesce((
-      select json_agg(json_build_object('meter', meter, 'limit', limit_value))
-      from "${schema}".user_limits where user_id = $1
-    ), '[]'::json) as limit_overrides,
-    coalesce((
-      select json_agg(json_build_object(
-        'meter', latest.meter,
-        'periodStart', nullif(latest.period_start, ${periodNoneSentinel}),
-        'used', latest.used))
-      from (
-        select distinct on (meter) meter, period_start, used
-        from "${schema}".usage_totals where user_id = $1
-        order by meter, period_start desc
-      ) as latest
-    ), '[]'::json) as usage,
-    coalesce((
-      select json_agg(json_build_object(
-        'id', hold.id, 'meter', hold.meter, 'amount', hold.amount, 'consumed', hold.consumed,
-        'state', hold.state, 'expiresAt', hold.expires_at, 'createdAt', hold.created_at,
-        'closedAt', hold.closed_at,
-        'consumeKeys', coalesce((
-          select json_agg(entry.key)
-          from "${schema}".usage_ledger as entry
-          where entry.user_id = $1 and entry.operation = 'consume'
-            and coalesce(entry.hold_id, '') = hold.id
-            -- Only this incarnation's keys: a hold id reused after retention starts with none.
-            and entry.at >= hold.created_at
-        ), '[]'::json)))
-      from "${schema}".holds as hold
-      where hold.user_id = $1 and (hold.state = 'pending' or hold.closed_at >= $2)
-    ), '[]'::json) as holds,
-    coalesce((
-      select json_agg(json_build_object('id', key, 'meter', meter, 'amount', requested, 'at', at) order by at)
-      from "${schema}".usage_ledger
-      where user_id = $1 and operation = 'adjust' and at >= $2
-    ), '[]'::json) as adjustments,
-    coalesce((
-      select json_agg(json_build_object('job', job, 'leaseExpiresAt', lease_expires_at))
-      from "${schema}".slots where user_id = $1
-    ), '[]'::json) as slots
-`
-
-/** $1 the user, $2 the retention cutoff: one row. */
-export const loadUserSql = (schema: string): string => userRowSql(schema, "$1", "$2")
-
-/** $1 the users (text[], distinct), $2 the retention cutoff: one row per user, with `user_id`. */
 export const loadUsersSql = (schema: string): string => `
-  select requested.user_id, loaded.*
-  from unnest($1::text[]) as requested (user_id)
-  cross join lateral (${userRowSql(schema, "requested.user_id", "$2")}) as loaded`
+  select wanted.user_id, loaded.*
+  from unnest($1::text[]) as wanted (user_id)
+  cross join lateral (
+    select
+      (select plan from "${schema}".user_plans where user_id = wanted.user_id) as plan,
+      coalesce((
+        select json_agg(json_build_object('meter', meter, 'limit', limit_value))
+        from "${schema}".user_limits where user_id = wanted.user_id
+      ), '[]'::json) as limit_overrides,
+      coalesce((
+        select json_agg(json_build_object(
+          'meter', latest.meter,
+          'periodStart', nullif(latest.period_start, ${periodNoneSentinel}),
+          'used', latest.used))
+        from (
+          select distinct on (meter) meter, period_start, used
+          from "${schema}".usage_totals where user_id = wanted.user_id
+          order by meter, period_start desc
+        ) as latest
+      ), '[]'::json) as usage,
+      coalesce((
+        select json_agg(json_build_object(
+          'id', hold.id, 'meter', hold.meter, 'amount', hold.amount, 'consumed', hold.consumed,
+          'state', hold.state, 'expiresAt', hold.expires_at, 'createdAt', hold.created_at,
+          'closedAt', hold.closed_at,
+          'consumeKeys', coalesce((
+            select json_agg(entry.key)
+            from "${schema}".usage_ledger as entry
+            where entry.user_id = wanted.user_id and entry.operation = 'consume'
+              and coalesce(entry.hold_id, '') = hold.id
+              -- Only this incarnation's keys: a hold id reused after retention starts with none.
+              and entry.at >= hold.created_at
+          ), '[]'::json)))
+        from "${schema}".holds as hold
+        where hold.user_id = wanted.user_id and (hold.state = 'pending' or hold.closed_at >= $2)
+      ), '[]'::json) as holds,
+      coalesce((
+        select json_agg(json_build_object('id', key, 'meter', meter, 'amount', requested, 'at', at) order by at)
+        from "${schema}".usage_ledger
+        where user_id = wanted.user_id and operation = 'adjust' and at >= $2
+      ), '[]'::json) as adjustments,
+      coalesce((
+        select json_agg(json_build_object('job', job, 'leaseExpiresAt', lease_expires_at))
+        from "${schema}".slots where user_id = wanted.user_id
+      ), '[]'::json) as slots
+  ) as loaded`
 
-/** The row of loadUserSql as `pg` parses it (json columns are parsed to values). */
+/** A row of loadUsersSql as `pg` parses it (json columns are parsed to values). */
 export interface LoadUserRow {
   readonly plan: string | null
   readonly limit_overrides: ReadonlyArray<{ meter: string; limit: number }>
