@@ -22,7 +22,7 @@ import { overloaded } from "../domain/results.js"
 import { decideSystemJob } from "../domain/slots.js"
 import { Store } from "../store/Store.js"
 import { DeadlineHeap } from "./DeadlineHeap.js"
-import type { ActorSettings, Envelope, UserActor } from "./UserActor.js"
+import type { ActorSettings, Envelope, Reply, UserActor } from "./UserActor.js"
 import { closeActor, makeUserActor, parkedCount, runUserActor } from "./UserActor.js"
 
 export interface CoordinatorShape {
@@ -30,11 +30,15 @@ export interface CoordinatorShape {
   readonly submit: (command: Command) => Effect.Effect<Result>
   /**
    * Enqueues every command synchronously, in array order, then awaits all results (in the same order).
-   * Commands of one user are decided in the order given; this is how a batch message is served.
+   * Commands of one user are decided in the order given.
    */
   readonly submitAll: (commands: ReadonlyArray<Command>) => Effect.Effect<ReadonlyArray<Result>>
-  /** Enqueues one command now and returns where its result will appear (for callers outside Effect). */
-  readonly enqueue: (command: Command) => Deferred.Deferred<Result>
+  /**
+   * Enqueues one command now; `reply` is called exactly once with its result, at once when it needs no
+   * actor (a full mailbox, a system job), else from the actor once the result is durable. Callers that
+   * enqueue in order are decided in that order per user: this is how the transports serve a message.
+   */
+  readonly enqueue: (command: Command, reply: Reply) => void
   /** Sends an expiry tick to every user the store reports as due: the orphan sweep, once. Returns how many. */
   readonly sweepOnce: Effect.Effect<number>
   /** How many actors are resident now. */
@@ -71,6 +75,9 @@ export interface CoordinatorOptions {
   /** Partitions this process owns, for the orphan sweep; undefined sweeps every user (one process). */
   readonly ownedPartitions?: () => ReadonlyArray<number> | undefined
 }
+
+/** A timer's tick answers nobody. */
+const ignoreReply: Reply = () => {}
 
 interface ResidentActor {
   readonly actor: UserActor
@@ -118,6 +125,7 @@ export const makeCoordinator = (
     const settings: ActorSettings = {
       config: options.config,
       store,
+      now: () => clock.currentTimeMillisUnsafe(),
       random: () => random.nextDoubleUnsafe(),
       decisionsPerWriteMax: options.decisionsPerWriteMax ?? actorDecisionsPerWriteMax,
       scheduleDeadline,
@@ -180,21 +188,31 @@ export const makeCoordinator = (
       return true
     }
 
-    const enqueue = (command: Command): Deferred.Deferred<Result> => {
-      const reply = Deferred.makeUnsafe<Result>()
+    const enqueue = (command: Command, reply: Reply): void => {
       if (
         command.user === "" &&
         (command.op === "acquire_slot" || command.op === "renew_slot" || command.op === "release_slot")
       ) {
-        Deferred.doneUnsafe(reply, Exit.succeed(decideSystemJob(command, clock.currentTimeMillisUnsafe())))
-        return reply
+        return reply(decideSystemJob(command, clock.currentTimeMillisUnsafe()))
       }
       const actor = actorFor(command.user)
-      if (actor === undefined || !offer(actor, { command, reply })) {
-        Deferred.doneUnsafe(reply, Exit.succeed(overloaded))
-      }
-      return reply
+      if (actor === undefined || !offer(actor, { command, reply })) reply(overloaded)
     }
+
+    /** Enqueues in order and resumes with every result once the last arrives. */
+    const awaitAll = (commands: ReadonlyArray<Command>): Effect.Effect<ReadonlyArray<Result>> =>
+      Effect.callback<ReadonlyArray<Result>>((resume) => {
+        const results = new Array<Result>(commands.length)
+        let left = commands.length
+        if (left === 0) return resume(Effect.succeed(results))
+        commands.forEach((command, index) =>
+          enqueue(command, (result) => {
+            results[index] = result
+            left -= 1
+            if (left === 0) resume(Effect.succeed(results))
+          })
+        )
+      })
 
     /** Sends a `tick` to every resident actor whose deadline is due; moved deadlines are skipped. */
     const fireDueDeadlines = (now: number): void => {
@@ -204,7 +222,7 @@ export const makeCoordinator = (
         if (actor === undefined || actor.closed || actor.scheduledDeadline !== top.at) continue
         actor.scheduledDeadline = Infinity
         // A full mailbox needs no tick: its next group applies everything due and schedules again.
-        offer(actor, { command: { op: "tick", user: actor.user }, reply: Deferred.makeUnsafe<Result>() })
+        offer(actor, { command: { op: "tick", user: actor.user }, reply: ignoreReply })
       }
     }
 
@@ -242,8 +260,7 @@ export const makeCoordinator = (
         store.usersWithExpiries(now, sweepUsersPerRunMax, owned),
         () => []
       )
-      const replies = users.map((user) => enqueue({ op: "tick", user }))
-      yield* Effect.forEach(replies, Deferred.await, { discard: true })
+      yield* awaitAll(users.map((user): Command => ({ op: "tick", user })))
       return users.length
     })
 
@@ -281,12 +298,8 @@ export const makeCoordinator = (
     }
 
     return {
-      submit: (command) => Effect.suspend(() => Deferred.await(enqueue(command))),
-      submitAll: (commands) =>
-        Effect.suspend(() => {
-          const replies = commands.map(enqueue)
-          return Effect.forEach(replies, Deferred.await)
-        }),
+      submit: (command) => Effect.map(awaitAll([command]), (results) => results[0]!),
+      submitAll: awaitAll,
       enqueue,
       sweepOnce,
       residentActors: () => actors.size,

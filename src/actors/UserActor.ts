@@ -11,7 +11,7 @@
  * command that finds the actor idle, and it ends when the mailbox is empty. An idle actor is its state
  * and a few fields, no fiber and no queue object (memory per resident user is what the cap multiplies).
  */
-import { Cause, Clock, Deferred, Effect, Exit, Option } from "effect"
+import { Cause, Effect, Exit, Option } from "effect"
 import type { Command } from "../domain/commands.js"
 import type { Config } from "../domain/config.js"
 import type { DecideContext, Wakeup } from "../domain/context.js"
@@ -24,14 +24,19 @@ import type { UserState } from "../domain/state.js"
 import { nextDeadline, userStateFromStored } from "../domain/state.js"
 import type { StoreShape } from "../store/Store.js"
 
+/** Called exactly once with the command's result: the actor's only way to answer. */
+export type Reply = (result: Result) => void
+
 export interface Envelope {
   readonly command: Command
-  readonly reply: Deferred.Deferred<Result>
+  readonly reply: Reply
 }
 
 export interface ActorSettings {
   readonly config: Config
   readonly store: StoreShape
+  /** Effect's clock, read synchronously (tests drive it with TestClock). */
+  readonly now: () => number
   readonly random: () => number
   readonly decisionsPerWriteMax: number
   /** Recount every aggregate after each decision (tests). */
@@ -60,7 +65,7 @@ export interface UserActor {
   /** Loaded on the fiber's first run; undefined until then and after a failed write (reloaded). */
   state: UserState | undefined
   /** Replies of `acquire_slot` callers waiting in the user's FIFO queue, by job (made on first use). */
-  parked: Map<string, Array<Deferred.Deferred<Result>>> | undefined
+  parked: Map<string, Array<Reply>> | undefined
   closed: boolean
   /** The group being decided or written, answered `unavailable` if the actor is interrupted. */
   inFlight: ReadonlyArray<Envelope>
@@ -85,13 +90,9 @@ export const makeUserActor = (user: string, lastActiveAt: number): UserActor => 
 /** Waiters parked on this actor (0 when none were ever parked). */
 export const parkedCount = (actor: UserActor): number => actor.parked?.size ?? 0
 
-const answer = (reply: Deferred.Deferred<Result>, result: Result): void => {
-  Deferred.doneUnsafe(reply, Exit.succeed(result))
-}
-
 /** Answers every parked waiter `unavailable`: their place in the queue was memory only. */
 const releaseParked = (actor: UserActor): void => {
-  for (const replies of actor.parked?.values() ?? []) for (const reply of replies) answer(reply, unavailable)
+  for (const replies of actor.parked?.values() ?? []) for (const reply of replies) reply(unavailable)
   actor.parked = undefined
 }
 
@@ -105,13 +106,12 @@ export const closeActor = (actor: UserActor, settings: ActorSettings): void => {
   actor.state = undefined
   settings.onClose(actor)
   releaseParked(actor)
-  for (const envelope of actor.mailbox.splice(0)) answer(envelope.reply, unavailable)
+  for (const envelope of actor.mailbox.splice(0)) envelope.reply(unavailable)
 }
 
 const load = (actor: UserActor, settings: ActorSettings): Effect.Effect<Option.Option<UserState>> =>
   Effect.gen(function* () {
-    const now = yield* Clock.currentTimeMillis
-    const loaded = yield* Effect.exit(settings.store.load(actor.user, now))
+    const loaded = yield* Effect.exit(settings.store.load(actor.user, settings.now()))
     if (Exit.isFailure(loaded)) {
       settings.onError(actor.user, "load failed", Cause.squash(loaded.cause))
       return Option.none()
@@ -123,7 +123,7 @@ const load = (actor: UserActor, settings: ActorSettings): Effect.Effect<Option.O
 
 interface Group {
   readonly events: Array<StoreEvent>
-  readonly replies: Array<readonly [Deferred.Deferred<Result>, Result]>
+  readonly replies: Array<readonly [Reply, Result]>
   readonly wakeups: Array<Wakeup>
 }
 
@@ -153,17 +153,41 @@ const decideGroup = (
 
 /**
  * One run of the actor: load if needed, then decide groups until the mailbox is empty. Every failure
- * inside is answered and recovered from; an interruption (eviction, shutdown, a simulated crash)
- * answers whatever is in flight or queued `unavailable`.
+ * inside is answered and recovered from; an interruption (eviction, shutdown, a simulated crash) or a
+ * defect outside the decisions answers whatever is in flight or queued `unavailable` and closes the
+ * actor, so no command waits for an answer that cannot come.
  */
 export const runUserActor = (actor: UserActor, settings: ActorSettings): Effect.Effect<void> =>
-  Effect.onInterrupt(drainMailbox(actor, settings), () =>
-    Effect.sync(() => {
-      for (const { reply } of actor.inFlight) answer(reply, unavailable)
-      actor.inFlight = []
-      closeActor(actor, settings)
-    })
+  Effect.onExit(drainMailbox(actor, settings), (exit) =>
+    Exit.isSuccess(exit)
+      ? Effect.void
+      : Effect.sync(() => {
+          if (!Cause.hasInterruptsOnly(exit.cause))
+            settings.onError(actor.user, "actor crashed", Cause.squash(exit.cause))
+          // Closed before anything is answered: a reply's caller may enqueue again at once, and that
+          // command must reach a new actor, not this one's mailbox.
+          const inFlight = actor.inFlight
+          actor.inFlight = []
+          closeActor(actor, settings)
+          for (const { reply } of inFlight) reply(unavailable)
+        })
   )
+
+/** Decides the group, or returns undefined (reported) when a decision crashed. */
+const decideOrReport = (
+  actor: UserActor,
+  state: UserState,
+  envelopes: ReadonlyArray<Envelope>,
+  ctx: DecideContext,
+  settings: ActorSettings
+): Group | undefined => {
+  try {
+    return decideGroup(actor, state, envelopes, ctx, settings)
+  } catch (cause) {
+    settings.onError(actor.user, "decision crashed (invariant violation or bug)", cause)
+    return undefined
+  }
+}
 
 const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<void> =>
   Effect.gen(function* () {
@@ -185,36 +209,27 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
       }
       const envelopes = actor.mailbox.splice(0, settings.decisionsPerWriteMax)
       if (!settings.servable(actor.user)) {
-        for (const { reply } of envelopes) answer(reply, unavailable)
+        for (const { reply } of envelopes) reply(unavailable)
         continue
       }
       actor.inFlight = envelopes
-      const decidedAt = yield* Clock.currentTimeMillis
+      const decidedAt = settings.now()
       const ctx: DecideContext = { config: settings.config, now: decidedAt, random: settings.random }
-      const current: UserState = state
-      const decided = yield* Effect.exit(
-        Effect.sync(() => decideGroup(actor, current, envelopes, ctx, settings))
-      )
+      const decided = decideOrReport(actor, state, envelopes, ctx, settings)
       let confirmed: Group | undefined
-      if (Exit.isFailure(decided)) {
-        settings.onError(
-          actor.user,
-          "decision crashed (invariant violation or bug)",
-          Cause.squash(decided.cause)
-        )
-      } else if (decided.value.events.length === 0) {
-        confirmed = decided.value
+      if (decided === undefined || decided.events.length === 0) {
+        confirmed = decided
       } else {
-        const written = yield* Effect.exit(settings.store.write(decided.value.events))
+        const written = yield* Effect.exit(settings.store.write(decided.events))
         if (Exit.isSuccess(written)) {
-          confirmed = decided.value
+          confirmed = decided
           settings.onPersisted(confirmed.events)
         } else settings.onError(actor.user, "write failed", Cause.squash(written.cause))
       }
 
       if (confirmed === undefined) {
         // Nothing of this group is confirmed: answer it all `unavailable` and start again from the store.
-        for (const { reply } of envelopes) answer(reply, unavailable)
+        for (const { reply } of envelopes) reply(unavailable)
         releaseParked(actor)
         actor.state = undefined
         actor.inFlight = []
@@ -223,11 +238,11 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
         state = reloaded.value
         actor.state = state
       } else {
-        for (const [reply, result] of confirmed.replies) answer(reply, result)
+        for (const [reply, result] of confirmed.replies) reply(result)
         for (const { job, result } of confirmed.wakeups) {
           const replies = actor.parked?.get(job)
           actor.parked?.delete(job)
-          for (const reply of replies ?? []) answer(reply, result)
+          for (const reply of replies ?? []) reply(result)
         }
         if (actor.parked?.size === 0) actor.parked = undefined
       }

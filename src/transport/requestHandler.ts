@@ -4,13 +4,14 @@
  * a command or a batch gets (PROTOCOL.md "Messages"). The NATS server and the in-process transport both
  * call this, so they answer the same bytes for the same requests.
  *
- * `handle` runs synchronously up to the point where the commands are enqueued into their users'
- * mailboxes (`Coordinator.submitAll` enqueues before it first suspends): commands of one user are
- * decided in message order and, within a batch, in array order. `done` is called exactly once; at once
- * when nothing needs deciding. Whatever goes wrong after submission (a defect, an interruption at
- * shutdown) answers the affected commands `unavailable`: never silence.
+ * `handle` enqueues every command into its user's mailbox synchronously (`Coordinator.enqueue`):
+ * commands of one user are decided in message order and, within a batch, in array order. Each result
+ * comes back through a callback and the reply is assembled when the last one arrives; no fiber is made
+ * per message. `done` is called exactly once; at once when nothing needs deciding. Whatever goes wrong
+ * (a defect while enqueuing, shutdown with requests still in flight) answers the affected commands
+ * `unavailable`: never silence.
  */
-import { Cause, Effect, Exit, FiberSet } from "effect"
+import { Effect } from "effect"
 import type { Scope } from "effect"
 import { Coordinator } from "../actors/Coordinator.js"
 import type { Command } from "../domain/commands.js"
@@ -58,7 +59,7 @@ export interface RequestHandler {
   readonly request: (target: RequestTarget, data: Uint8Array) => Promise<Handled>
   /** Requests submitted and not yet answered, per partition. */
   readonly inFlight: InFlight
-  /** Interrupts every request still being decided; their observers answer them `unavailable`. */
+  /** Answers every request still being decided now, its undecided commands `unavailable`. */
   readonly interruptAll: Effect.Effect<void>
 }
 
@@ -73,9 +74,9 @@ export const makeRequestHandler = (
 ): Effect.Effect<RequestHandler, never, Coordinator | Scope.Scope> =>
   Effect.gen(function* () {
     const coordinator = yield* Coordinator
-    const fibers = yield* FiberSet.make<ReadonlyArray<Result>>()
-    const runTracked = yield* FiberSet.runtime(fibers)<never>()
     const inFlight = new InFlight()
+    /** Each request in flight, by how to answer the rest of it `unavailable` (interruptAll). */
+    const pending = new Set<(failure: string) => void>()
     const { logger, partitions } = options
 
     /** Decode and partition check, with a bug in them costing one command `unavailable`, not the message. */
@@ -95,10 +96,10 @@ export const makeRequestHandler = (
         return done({ error: { code: 400, reason: body.reason } })
       }
       const raws = body.kind === "single" ? [body.command] : body.commands
-      const results: Array<WireResult> = new Array<WireResult>(raws.length)
-      const submitted: Array<Command> = []
-      const submittedAt: Array<number> = []
+      const results: Array<WireResult | undefined> = new Array<WireResult | undefined>(raws.length)
+      const commands: Array<Command | undefined> = new Array<Command | undefined>(raws.length)
       const refs: Array<string | undefined> = new Array<string | undefined>(raws.length)
+      let undecided = 0
       for (let index = 0; index < raws.length; index += 1) {
         const judged = judgeSafely(raws[index], target)
         refs[index] = judged.ref
@@ -106,40 +107,63 @@ export const makeRequestHandler = (
           results[index] = withRef(judged.answer, judged.ref)
           logRefusal(logger, target.subject, judged.answer, judged.ref)
         } else {
-          submitted.push(judged.submit)
-          submittedAt.push(index)
+          commands[index] = judged.submit
+          undecided += 1
         }
       }
       const reply = (failure?: string) => {
         const text = JSON.stringify(body.kind === "single" ? results[0] : results)
         done(failure === undefined ? { body: text } : { body: text, failure })
       }
-      if (submitted.length === 0) return reply()
+      if (undecided === 0) return reply()
+
+      let answered = false
+      const finish = (failure?: string): void => {
+        answered = true
+        pending.delete(answerRest)
+        inFlight.end(target.partition)
+        reply(failure)
+      }
+      /** A command's result; the last one sends the reply. Late results (after answerRest) are dropped. */
+      const settle = (index: number, result: Result): void => {
+        if (answered || results[index] !== undefined) return
+        results[index] = withRef(result, refs[index])
+        logDecision(logger, commands[index] as Command, result, refs[index])
+        undecided -= 1
+        if (undecided === 0) finish()
+      }
+      /** Answers every command without a result `unavailable`, and the request with `failure`. */
+      const answerRest = (failure: string): void => {
+        if (answered) return
+        logger.error({ subject: target.subject, undecided }, failure)
+        for (let index = 0; index < raws.length; index += 1) {
+          if (results[index] !== undefined) continue
+          results[index] = withRef(unavailable, refs[index])
+          logDecision(logger, commands[index] as Command, unavailable, refs[index])
+        }
+        finish(failure)
+      }
 
       inFlight.begin(target.partition)
-      // Runs synchronously up to the first suspension: every command is in its mailbox when this returns.
-      const fiber = runTracked(coordinator.submitAll(submitted))
-      fiber.addObserver((exit) => {
-        let failure: string | undefined
-        if (Exit.isFailure(exit)) {
-          failure = Cause.hasInterruptsOnly(exit.cause) ? "interrupted" : "coordinator defect"
-          logger.error({ subject: target.subject, cause: Cause.pretty(exit.cause) }, failure)
+      pending.add(answerRest)
+      for (let index = 0; index < raws.length; index += 1) {
+        const command = commands[index]
+        if (command === undefined) continue
+        try {
+          coordinator.enqueue(command, (result) => settle(index, result))
+        } catch (cause) {
+          logger.error({ subject: target.subject, error: reasonOf(cause) }, "enqueue failed")
+          return answerRest("coordinator defect")
         }
-        const decided = Exit.isSuccess(exit) ? exit.value : []
-        for (let position = 0; position < submitted.length; position += 1) {
-          const index = submittedAt[position] as number
-          const command = submitted[position] as Command
-          const result = decided[position] ?? unavailable
-          results[index] = withRef(result, refs[index])
-          logDecision(logger, command, result, refs[index])
-        }
-        reply(failure)
-        inFlight.end(target.partition)
-      })
+      }
     }
 
     const request = (target: RequestTarget, data: Uint8Array): Promise<Handled> =>
       new Promise<Handled>((resolve) => handle(target, data, resolve))
 
-    return { handle, request, inFlight, interruptAll: FiberSet.clear(fibers) }
+    const interruptAll = Effect.sync(() => {
+      for (const answerRest of [...pending]) answerRest("interrupted")
+    })
+
+    return { handle, request, inFlight, interruptAll }
   })

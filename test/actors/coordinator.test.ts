@@ -84,4 +84,38 @@ describe("Coordinator", () => {
       })
     }
   })
+
+  it("answers unavailable when the actor itself crashes outside a decision, then serves from the store", async () => {
+    let crashes = 1
+    const results = await Effect.runPromise(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const coordinator = yield* Coordinator
+          const reserve = (id: string) =>
+            coordinator.submit({ op: "reserve", user: "u", meter: "tokens", amount: 10, id, ttlMs: 60_000 })
+          // The first write is durable, then the actor's own code throws before it answers.
+          const crashed = yield* reserve("a")
+          const retried = yield* reserve("a")
+          return { crashed, retried }
+        }).pipe(
+          Effect.provide(
+            coordinatorLayer({
+              config: defaultConfig,
+              assertFull: true,
+              sweepIntervalMs: 0,
+              onPersisted: () => {
+                if (crashes > 0) {
+                  crashes -= 1
+                  throw new Error("a bug after the write")
+                }
+              }
+            }).pipe(Layer.provide(memoryStoreLayer(makeMemoryStore())), Layer.provideMerge(TestClock.layer()))
+          )
+        )
+      )
+    )
+    expect(results.crashed).toEqual({ status: "unavailable" })
+    // The write had landed: the retry of the same id finds the hold the store kept.
+    expect(results.retried).toMatchObject({ status: "exists", id: "a", amount: 10 })
+  })
 })

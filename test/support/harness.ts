@@ -83,7 +83,8 @@ export const startCoordinator = async (options: HarnessOptions): Promise<Coordin
   const coordinator = Context.get(context, Coordinator)
 
   const fire = (command: Command): Fired => {
-    const reply = coordinator.enqueue(command)
+    const reply = Deferred.makeUnsafe<Result>()
+    coordinator.enqueue(command, (result) => Deferred.doneUnsafe(reply, Exit.succeed(result)))
     const atOnce = Deferred.isDoneUnsafe(reply) ? Effect.runSync(Deferred.await(reply)) : undefined
     let value: Result | undefined
     const promise = run(Deferred.await(reply)).then((result) => {

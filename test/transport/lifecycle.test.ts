@@ -3,7 +3,7 @@
  * coordinator cannot decide (store down, mailbox full, a defect).
  */
 import type { Msg } from "@nats-io/transport-node"
-import { Deferred, Effect, Layer } from "effect"
+import { Effect, Layer } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { Coordinator } from "../../src/actors/Coordinator.js"
 import { partitionOf } from "../../src/domain/partition.js"
@@ -170,7 +170,9 @@ describe("when the coordinator cannot decide", () => {
     const dying = Layer.succeed(Coordinator, {
       submit: () => Effect.die(new Error("boom")),
       submitAll: () => Effect.die(new Error("boom")),
-      enqueue: () => Deferred.makeUnsafe(),
+      enqueue: () => {
+        throw new Error("boom")
+      },
       sweepOnce: Effect.succeed(0),
       residentActors: () => 0,
       dropPartitions: () => Effect.void,
