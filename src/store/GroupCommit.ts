@@ -1,15 +1,19 @@
 /**
- * Group commit: many writers, one transaction. Callers `submit` their items and wait; a writer
- * fiber takes whatever is queued (up to a cap of items), hands it to `commit` as one group, and then
- * completes every waiter of the group with the same outcome. With `writersMax` > 1 several groups
- * commit at once, each taking what queued while the others were in flight. A commit costs a round trip and an
+ * Group commit: many writers, one transaction. Callers `submit` their items and wait; when a writer
+ * slot is free, whatever is queued (up to a cap of items) goes to `commit` as one group, and every
+ * waiter of the group is completed with the same outcome. With `writersMax` > 1 several groups commit
+ * at once, each taking what queued while the others were in flight. A commit costs a round trip and an
  * fsync whatever its size, so under load the cost is shared by everyone queued behind it.
+ *
+ * A group starts in a microtask after the submission that found a writer free: everything submitted in
+ * the same synchronous run (the actors of one NATS message, the messages of one socket read) shares it.
+ * No fiber waits for work and no scheduler turn is spent between a submission and its commit.
  *
  * A submission is never split: its items are in exactly one group, so the group's all-or-nothing
  * commit is also all-or-nothing for each submission. A single submission larger than the cap forms
  * a group alone.
  */
-import { Deferred, Effect, Exit, Queue } from "effect"
+import { Effect, Exit, Fiber } from "effect"
 import type { Scope } from "effect"
 
 export interface GroupCommitOptions<A, E> {
@@ -33,7 +37,7 @@ export interface GroupCommitStats {
   readonly submissions: number
   readonly items: number
   readonly largestCommitItems: number
-  /** Submissions waiting for the writer right now. */
+  /** Submissions waiting for a writer right now. */
   readonly queued: number
 }
 
@@ -45,7 +49,7 @@ export interface GroupCommit<A, E> {
 
 interface Submission<A, E> {
   readonly items: ReadonlyArray<A>
-  readonly done: Deferred.Deferred<void, E>
+  readonly done: (exit: Exit.Exit<void, E>) => void
 }
 
 /** The largest prefix of `pending` within `cap` items, at least one submission. */
@@ -62,64 +66,73 @@ const takeGroup = <A, E>(pending: Array<Submission<A, E>>, cap: number): Array<S
 }
 
 /**
- * Starts the writer in the current scope. Closing the scope lets an in-flight commit finish (its
- * waiters get its outcome) and fails every submission not yet written with `closed()`.
+ * Makes the group commit in the current scope. Closing the scope fails every submission not yet in a
+ * group with `closed()` and waits for the groups in flight: their waiters get their outcome, never
+ * silence about a commit that may have happened.
  */
 export const makeGroupCommit = <A, E>(
   options: GroupCommitOptions<A, E>
 ): Effect.Effect<GroupCommit<A, E>, never, Scope.Scope> =>
   Effect.gen(function* () {
-    // Unbounded: each actor has at most one write in flight, so the actors bound the queue.
-    const queue = yield* Queue.unbounded<Submission<A, E>>()
-    // Taken from the queue but not yet in a group (they did not fit under the cap).
-    const carried: Array<Submission<A, E>> = []
+    const runFork = Effect.runForkWith(yield* Effect.context<never>())
+    const writersMax = options.writersMax ?? 1
+    const pending: Array<Submission<A, E>> = []
+    /** Commits in flight; not interrupted at shutdown (see above), only awaited. */
+    const committing = new Set<Fiber.Fiber<void>>()
+    let startScheduled = false
+    let open = true
     const counters = { commits: 0, failedCommits: 0, submissions: 0, items: 0, largestCommitItems: 0 }
 
-    const failUnwritten = Effect.gen(function* () {
-      const left = [...carried.splice(0), ...(yield* Queue.clear(queue))]
-      yield* Queue.shutdown(queue)
-      for (const submission of left) yield* Deferred.fail(submission.done, options.closed())
-    })
-    // Added before the writer is forked, so it runs after the writer was interrupted.
-    yield* Effect.addFinalizer(() => failUnwritten)
-
-    const commitGroup = (group: ReadonlyArray<Submission<A, E>>) =>
-      Effect.gen(function* () {
-        const items = group.flatMap((submission) => submission.items)
-        const exit = yield* Effect.exit(options.commit(items))
-        counters.commits += 1
-        if (Exit.isFailure(exit)) counters.failedCommits += 1
+    const commitGroup = (group: ReadonlyArray<Submission<A, E>>): Effect.Effect<void> =>
+      Effect.suspend(() => {
+        const items = group.length === 1 ? group[0]!.items : group.flatMap((submission) => submission.items)
         counters.largestCommitItems = Math.max(counters.largestCommitItems, items.length)
-        for (const submission of group) yield* Deferred.done(submission.done, exit)
+        return Effect.onExit(Effect.exit(options.commit(items)), (exit) =>
+          Effect.sync(() => {
+            // An interruption or defect of the commit itself still answers its waiters.
+            const outcome: Exit.Exit<void, E> = Exit.isSuccess(exit) ? exit.value : Exit.failCause(exit.cause)
+            counters.commits += 1
+            if (Exit.isFailure(outcome)) counters.failedCommits += 1
+            for (const submission of group) submission.done(outcome)
+          })
+        ).pipe(Effect.asVoid)
       })
 
-    // Takes whatever is queued (waiting only when nothing was carried over), then commits one group.
-    // Only the wait is interruptible: once taken, a group is committed and answered even while the
-    // scope closes, so no waiter is left without the outcome of a commit that may have happened.
-    const writer: Effect.Effect<never> = Effect.forever(
-      Effect.uninterruptibleMask((restore) =>
-        Effect.gen(function* () {
-          const minimum = carried.length > 0 ? 0 : 1
-          const taken = yield* restore(Queue.takeBetween(queue, minimum, options.itemsPerCommitMax))
-          carried.push(...taken)
-          yield* commitGroup(takeGroup(carried, options.itemsPerCommitMax))
+    /** Starts groups while writers are free; each finished commit looks again. */
+    const startGroups = (): void => {
+      startScheduled = false
+      while (open && pending.length > 0 && committing.size < writersMax) {
+        const fiber = runFork(commitGroup(takeGroup(pending, options.itemsPerCommitMax)))
+        committing.add(fiber)
+        fiber.addObserver(() => {
+          committing.delete(fiber)
+          startGroups()
         })
-      )
-    )
-    for (let writers = 0; writers < (options.writersMax ?? 1); writers += 1) yield* Effect.forkScoped(writer)
+      }
+    }
 
     const submit = (items: ReadonlyArray<A>): Effect.Effect<void, E> =>
       items.length === 0
         ? Effect.void
-        : Effect.gen(function* () {
-            const done = yield* Deferred.make<void, E>()
-            const offered = yield* Queue.offer(queue, { items, done })
-            if (!offered) return yield* Effect.fail(options.closed())
+        : Effect.callback<void, E>((resume) => {
+            if (!open) return resume(Effect.fail(options.closed()))
             counters.submissions += 1
             counters.items += items.length
-            return yield* Deferred.await(done)
+            pending.push({ items, done: resume })
+            if (!startScheduled && committing.size < writersMax) {
+              startScheduled = true
+              queueMicrotask(startGroups)
+            }
           })
 
-    const stats = Effect.map(Queue.size(queue), (queued) => ({ ...counters, queued }))
+    yield* Effect.addFinalizer(() =>
+      Effect.gen(function* () {
+        open = false
+        for (const submission of pending.splice(0)) submission.done(Exit.fail(options.closed()))
+        yield* Fiber.awaitAll([...committing])
+      })
+    )
+
+    const stats = Effect.sync(() => ({ ...counters, queued: pending.length }))
     return { submit, stats }
   })

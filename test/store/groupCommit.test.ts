@@ -49,15 +49,8 @@ const actorWrite = (user: string, index: number, usedAfter = 1): Array<StoreEven
   { kind: "slot", user, job: `job${index}`, leaseExpiresAt: now + 60_000 }
 ]
 
-const openStore = (pool: pg.Pool, eventsPerCommitMax?: number) =>
-  acquireScoped(
-    makePostgresStore({
-      pool,
-      schema: database.schema,
-      partitions,
-      ...(eventsPerCommitMax === undefined ? {} : { eventsPerCommitMax })
-    })
-  )
+const openStore = (pool: pg.Pool, limits: { eventsPerCommitMax?: number; writersMax?: number } = {}) =>
+  acquireScoped(makePostgresStore({ pool, schema: database.schema, partitions, ...limits }))
 
 const countRows = async (pool: pg.Pool, table: string, userPrefix: string): Promise<number> => {
   const result = await pool.query<{ count: string }>(
@@ -176,7 +169,7 @@ describe("GroupCommit over Postgres", () => {
 
 describe("GroupCommit failures", () => {
   it("keeps each group under the cap, except a single larger submission, alone", async () => {
-    const opened = await openStore(database.pool({ max: 2 }), 10)
+    const opened = await openStore(database.pool({ max: 2 }), { eventsPerCommitMax: 10 })
     const capped = opened.value
     const outcomes = await Effect.runPromise(
       Effect.forEach(
@@ -249,7 +242,8 @@ describe("GroupCommit failures", () => {
 
   it("on shutdown finishes the group in flight and fails the queued ones", async () => {
     const pool = database.pool({ max: 1 })
-    const opened = await openStore(pool)
+    // One writer: while it waits for the connection, later submissions queue behind it.
+    const opened = await openStore(pool, { writersMax: 1 })
     const blocker = await pool.connect()
     const inFlight = Effect.runPromise(Effect.result(opened.value.write(actorWrite("shutdown-in-flight", 0))))
     await waitForQueued(opened.value, 0)
