@@ -9,6 +9,7 @@ import type { HoldRecord, LedgerOperation, StoreEvent } from "../../domain/event
 import { fnv1a32OfString, partitionOf } from "../../domain/partition.js"
 import type { Fence } from "../Fence.js"
 import { PartitionsFenced } from "../Fence.js"
+import { integerArrayLiteral, textArrayLiteral } from "./arrayLiteral.js"
 import { withCheckedOutClient } from "./checkedOutClient.js"
 
 /** The domain's null period (a meter with period `none`) as stored; see migrations/0001_initial.sql. */
@@ -195,54 +196,59 @@ export const groupQueries = (
     if (rowCount > 0) queries.push({ ...statement, values })
   }
   const { holds, ledger, usage, slotsSet, slotsFreed, plans, limitsSet, limitsRemoved } = group
+  const text = <Row>(rows: ReadonlyArray<Row>, column: (row: Row) => string | null): string =>
+    textArrayLiteral(rows.map(column))
+  const integer = <Row>(rows: ReadonlyArray<Row>, column: (row: Row) => number | null): string =>
+    integerArrayLiteral(rows.map(column))
+  const partitionOfRow = (row: { readonly user: string }) => partitionOf(row.user, partitions)
   add(statements.upsertHolds, holds.length, [
-    holds.map((row) => row.user),
-    holds.map((row) => row.hold.id),
-    holds.map((row) => row.hold.meter),
-    holds.map((row) => row.hold.amount),
-    holds.map((row) => row.hold.consumed),
-    holds.map((row) => row.hold.state),
-    holds.map((row) => row.hold.expiresAt),
-    holds.map((row) => row.hold.createdAt),
-    holds.map((row) => row.hold.closedAt),
-    holds.map((row) => partitionOf(row.user, partitions))
+    text(holds, (row) => row.user),
+    text(holds, (row) => row.hold.id),
+    text(holds, (row) => row.hold.meter),
+    integer(holds, (row) => row.hold.amount),
+    integer(holds, (row) => row.hold.consumed),
+    text(holds, (row) => row.hold.state),
+    integer(holds, (row) => row.hold.expiresAt),
+    integer(holds, (row) => row.hold.createdAt),
+    integer(holds, (row) => row.hold.closedAt),
+    integer(holds, partitionOfRow)
   ])
   add(statements.appendLedger, ledger.length, [
-    ledger.map((row) => row.user),
-    ledger.map((row) => row.meter),
-    ledger.map((row) => storedPeriodStart(row.periodStart)),
-    ledger.map((row): LedgerOperation => row.operation),
-    ledger.map((row) => row.holdId),
-    ledger.map((row) => row.key),
-    ledger.map((row) => row.requested),
-    ledger.map((row) => row.delta),
-    ledger.map((row) => row.at)
+    text(ledger, (row) => row.user),
+    text(ledger, (row) => row.meter),
+    integer(ledger, (row) => storedPeriodStart(row.periodStart)),
+    text(ledger, (row): LedgerOperation => row.operation),
+    text(ledger, (row) => row.holdId),
+    text(ledger, (row) => row.key),
+    integer(ledger, (row) => row.requested),
+    integer(ledger, (row) => row.delta),
+    integer(ledger, (row) => row.at)
   ])
   add(statements.upsertUsage, usage.length, [
-    usage.map((row) => row.user),
-    usage.map((row) => row.meter),
-    usage.map((row) => storedPeriodStart(row.periodStart)),
-    usage.map((row) => row.used)
+    text(usage, (row) => row.user),
+    text(usage, (row) => row.meter),
+    integer(usage, (row) => storedPeriodStart(row.periodStart)),
+    integer(usage, (row) => row.used)
   ])
   add(statements.upsertSlots, slotsSet.length, [
-    slotsSet.map((row) => row.user),
-    slotsSet.map((row) => row.job),
-    slotsSet.map((row) => row.leaseExpiresAt),
-    slotsSet.map((row) => partitionOf(row.user, partitions))
+    text(slotsSet, (row) => row.user),
+    text(slotsSet, (row) => row.job),
+    integer(slotsSet, (row) => row.leaseExpiresAt),
+    integer(slotsSet, partitionOfRow)
   ])
   add(statements.deleteSlots, slotsFreed.length, [
-    slotsFreed.map((row) => row.user),
-    slotsFreed.map((row) => row.job)
+    text(slotsFreed, (row) => row.user),
+    text(slotsFreed, (row) => row.job)
   ])
-  add(statements.upsertPlans, plans.length, [plans.map((row) => row.user), plans.map((row) => row.plan)])
+  add(statements.upsertPlans, plans.length, [text(plans, (row) => row.user), text(plans, (row) => row.plan)])
   add(statements.upsertLimits, limitsSet.length, [
-    limitsSet.map((row) => row.user),
-    limitsSet.map((row) => row.meter),
-    limitsSet.map((row) => row.limit)
+    text(limitsSet, (row) => row.user),
+    text(limitsSet, (row) => row.meter),
+    integer(limitsSet, (row) => row.limit)
   ])
   add(statements.deleteLimits, limitsRemoved.length, [
-    limitsRemoved.map((row) => row.user),
-    limitsRemoved.map((row) => row.meter)
+    text(limitsRemoved, (row) => row.user),
+    text(limitsRemoved, (row) => row.meter)
   ])
   return queries
 }
