@@ -292,3 +292,25 @@ describe("GroupCommit over Postgres, pipelined (BEGIN, writes and COMMIT in one 
     await pool.end()
   })
 })
+
+describe("prepared statement names on a shared pool", () => {
+  it("refuses a second store whose schema's statement names clash with the first's", async () => {
+    // fnv1a32("s_33zx") === fnv1a32("s_epad"): same names, different texts. A pipelined group would
+    // have its clashing statement refused by pg on the client and still send COMMIT for the rest.
+    const pool = new pg.Pool({ connectionString: database.connectionString, max: 1, pipeline: true })
+    pool.on("error", () => {})
+    const first = await acquireScoped(
+      makePostgresStore({ pool, schema: "s_33zx", partitions, pipelined: true })
+    )
+    const again = await acquireScoped(makePostgresStore({ pool, schema: "s_33zx", partitions }))
+    const clashing = await Effect.runPromise(
+      Effect.exit(Effect.scoped(makePostgresStore({ pool, schema: "s_epad", partitions, pipelined: true })))
+    )
+    expect(String(clashing)).toContain("is already used on this pool for another schema")
+    // Its own pool is fine.
+    const ownPool = new pg.Pool({ connectionString: database.connectionString, max: 1 })
+    const separate = await acquireScoped(makePostgresStore({ pool: ownPool, schema: "s_epad", partitions }))
+    await Promise.all([first.close(), again.close(), separate.close()])
+    await Promise.all([pool.end(), ownPool.end()])
+  })
+})

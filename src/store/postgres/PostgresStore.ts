@@ -28,7 +28,13 @@ import { loadUsersSql, storedUserFromRow } from "./loadUser.js"
 import { makeLoadBatch } from "../LoadBatch.js"
 import { migrate } from "./migrate.js"
 import { ensureSettings } from "./settings.js"
-import { periodNoneSentinel, statementName, writeGroup, writeStatements } from "./writeEvents.js"
+import {
+  claimStatementNames,
+  periodNoneSentinel,
+  statementName,
+  writeGroup,
+  writeStatements
+} from "./writeEvents.js"
 
 /** The schema when configuration names none. */
 export const defaultSchema = "quota"
@@ -141,6 +147,18 @@ export const makePostgresStore = (
     if (invalidName !== null) return yield* invalidName
     const queries = queryStatements(schema)
     const statements = writeStatements(schema)
+    const loadStatementName = statementName("loadUsers", schema)
+    const clash = claimStatementNames(pool, [
+      ...Object.values(statements),
+      { name: loadStatementName, text: queries.loadUsers }
+    ])
+    if (clash !== null) {
+      return yield* Effect.die(
+        new Error(
+          `prepared statement ${clash} is already used on this pool for another schema; give schema ${JSON.stringify(schema)} its own pool`
+        )
+      )
+    }
 
     const groupCommit = yield* makeGroupCommit<StoreEvent, StoreUnavailable>({
       commit: (events) =>
@@ -154,7 +172,6 @@ export const makePostgresStore = (
       closed: () => new StoreUnavailable({ reason: "the store is shutting down" })
     })
 
-    const loadStatementName = statementName("loadUsers", schema)
     const loads = makeLoadBatch<string, StoredUser>({
       query: async (users, now) => {
         // Named on a real server only: see queryConfig in writeEvents.ts for the embedded database.

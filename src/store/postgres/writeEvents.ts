@@ -165,6 +165,27 @@ export const writeStatements = (schema: string): WriteStatements => {
 export const statementName = (key: string, schema: string): string =>
   `quota_${key}_${fnv1a32OfString(schema).toString(36)}`
 
+/** The statement names each pool's connections may prepare, with their texts (see claimStatementNames). */
+const statementsByPool = new WeakMap<pg.Pool, Map<string, string>>()
+
+/**
+ * Records that `statements` will be prepared on `pool`'s connections; returns a name already taken on
+ * it for a different text (two stores on one pool whose schemas' hashes collide), else null. Such a
+ * name must never reach a pipelined group: pg refuses the statement on the client without sending it,
+ * and the rest of the group, COMMIT included, would still run. The store refuses to start instead.
+ */
+export const claimStatementNames = (
+  pool: pg.Pool,
+  statements: ReadonlyArray<NamedStatement>
+): string | null => {
+  const known = statementsByPool.get(pool) ?? new Map<string, string>()
+  statementsByPool.set(pool, known)
+  const clash = statements.find(({ name, text }) => (known.get(name) ?? text) !== text)
+  if (clash !== undefined) return clash.name
+  for (const { name, text } of statements) known.set(name, text)
+  return null
+}
+
 /** The partitions a group writes, with the epochs this process holds them under; throws if one is not held. */
 const fenceOf = (
   fence: Fence,
