@@ -149,6 +149,13 @@ export const ownershipRound = (options: OwnershipOptions) =>
     const wanted = [...share].filter((partition) => !state.epochs.has(partition))
     const claimSentAt = performance.now()
     const claimed = yield* queries.claim(state.owner, wanted, leaseMs)
+    if (claimed.size > 0 && state.leaving) {
+      // The leave began while this claim was in flight (it waited for this round at most a lease):
+      // hand the leases straight back instead of serving partitions nobody will renew.
+      yield* queries.release(state.owner, claimed)
+      options.log("released partitions claimed while leaving", { partitions: [...claimed.keys()] })
+      return
+    }
     if (claimed.size > 0) {
       for (const [partition, epoch] of claimed) {
         state.epochs.set(partition, epoch)
@@ -185,7 +192,9 @@ export const runOwnership = (options: OwnershipOptions): Effect.Effect<void> =>
  * Graceful leave: stop the ownership loop (its round in flight finishes first, so a claim it sent is
  * known before the release), mark leaving, hand every partition off cleanly, release every lease this
  * owner holds, forget the member. Without the wait, a claim answered after the release left leases
- * nobody renewed, and their partitions unserved until the lease ran out.
+ * nobody renewed, and their partitions unserved until the lease ran out. The wait is bounded by the
+ * lease; a round still in flight after that releases what its claim took when the answer comes (see
+ * ownershipRound), as long as the process lives to hear it.
  */
 export const leaveOwnership = (options: OwnershipOptions) =>
   Effect.gen(function* () {
