@@ -79,11 +79,6 @@ export interface CoordinatorOptions {
 /** A timer's tick answers nobody. */
 const ignoreReply: Reply = () => {}
 
-interface ResidentActor {
-  readonly actor: UserActor
-  fiber: Fiber.Fiber<void> | undefined
-}
-
 export const makeCoordinator = (
   options: CoordinatorOptions
 ): Effect.Effect<CoordinatorShape, never, Store | Scope.Scope> =>
@@ -93,7 +88,7 @@ export const makeCoordinator = (
     const clock = yield* Clock.Clock
     const context = yield* Effect.context<never>()
     const runFork = Effect.runForkWith(context)
-    const actors = new Map<string, ResidentActor>()
+    const actors = new Map<string, UserActor>()
     const capacity = options.mailboxCapacity ?? mailboxCapacity
     const maxResident = options.residentActorsMax ?? residentActorsMax
 
@@ -107,7 +102,7 @@ export const makeCoordinator = (
       if (at === actor.scheduledDeadline) return
       // The heap is keyed by user: an actor already dropped (its fiber not yet interrupted) must not
       // move the deadline of the user's next actor.
-      if (actors.get(actor.user)?.actor !== actor) return
+      if (actors.get(actor.user) !== actor) return
       actor.scheduledDeadline = at
       if (at === Infinity) {
         deadlines.delete(actor.user)
@@ -134,28 +129,28 @@ export const makeCoordinator = (
       onError: options.onError ?? (() => {}),
       onPersisted: options.onPersisted ?? (() => {}),
       onClose: (actor) => {
-        if (actors.get(actor.user)?.actor !== actor) return
+        if (actors.get(actor.user) !== actor) return
         actors.delete(actor.user)
         forgetDeadline(actor)
       }
     }
 
-    const isIdle = (resident: ResidentActor): boolean =>
-      !resident.actor.busy && parkedCount(resident.actor) === 0 && resident.actor.mailbox.length === 0
+    const isIdle = (actor: UserActor): boolean =>
+      !actor.busy && parkedCount(actor) === 0 && actor.mailbox.length === 0
 
     /** Forgets an idle actor: it has no fiber, so its memory goes with it. */
-    const evict = (resident: ResidentActor): void => {
-      actors.delete(resident.actor.user)
-      forgetDeadline(resident.actor)
-      resident.actor.closed = true
-      resident.actor.state = undefined
+    const evict = (actor: UserActor): void => {
+      actors.delete(actor.user)
+      forgetDeadline(actor)
+      actor.closed = true
+      actor.state = undefined
     }
 
     /** Makes room for one more actor by evicting the least recently used idle one. */
     const evictOne = (): boolean => {
-      for (const resident of actors.values()) {
-        if (!isIdle(resident)) continue
-        evict(resident)
+      for (const actor of actors.values()) {
+        if (!isIdle(actor)) continue
+        evict(actor)
         return true
       }
       return false
@@ -163,15 +158,15 @@ export const makeCoordinator = (
 
     const actorFor = (user: string): UserActor | undefined => {
       const resident = actors.get(user)
-      if (resident !== undefined && !resident.actor.closed) {
+      if (resident !== undefined && !resident.closed) {
         // Map order is recency order: the front is the least recently used.
         actors.delete(user)
         actors.set(user, resident)
-        return resident.actor
+        return resident
       }
       if (actors.size >= maxResident && !evictOne()) return undefined
       const actor = makeUserActor(user, clock.currentTimeMillisUnsafe())
-      actors.set(user, { actor, fiber: undefined })
+      actors.set(user, actor)
       return actor
     }
 
@@ -181,9 +176,10 @@ export const makeCoordinator = (
       actor.mailbox.push(envelope)
       if (!actor.busy) {
         actor.busy = true
-        const resident = actors.get(actor.user)
         const fiber = runFork(runUserActor(actor, settings))
-        if (resident !== undefined && resident.actor === actor) resident.fiber = fiber
+        // Kept only while it runs (the actor clears it when it stops): a finished fiber kept until the
+        // user's next command was most of what the coordinator promoted to the old generation.
+        if (actor.busy && actors.get(actor.user) === actor) actor.running = fiber
       }
       return true
     }
@@ -218,7 +214,7 @@ export const makeCoordinator = (
     const fireDueDeadlines = (now: number): void => {
       for (let top = deadlines.peek(); top !== undefined && top.at <= now; top = deadlines.peek()) {
         deadlines.pop()
-        const actor = actors.get(top.key)?.actor
+        const actor = actors.get(top.key)
         if (actor === undefined || actor.closed || actor.scheduledDeadline !== top.at) continue
         actor.scheduledDeadline = Infinity
         // A full mailbox needs no tick: its next group applies everything due and schedules again.
@@ -244,12 +240,12 @@ export const makeCoordinator = (
     /** Evicts actors idle for idleMs (nothing queued, parked or in flight), least recently used first. */
     const evictIdle = Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
-      const idle: Array<ResidentActor> = []
-      for (const resident of actors.values()) {
-        if (resident.actor.lastActiveAt + idleMs > now) break
-        if (isIdle(resident)) idle.push(resident)
+      const idle: Array<UserActor> = []
+      for (const actor of actors.values()) {
+        if (actor.lastActiveAt + idleMs > now) break
+        if (isIdle(actor)) idle.push(actor)
       }
-      for (const resident of idle) evict(resident)
+      for (const actor of idle) evict(actor)
     })
 
     const sweepOnce = Effect.gen(function* () {
@@ -266,16 +262,16 @@ export const makeCoordinator = (
 
     const dropWhere = (drop: (user: string) => boolean) =>
       Effect.gen(function* () {
-        const residents = [...actors.values()].filter((resident) => drop(resident.actor.user))
+        const residents = [...actors.values()].filter((actor) => drop(actor.user))
         const running: Array<Fiber.Fiber<void>> = []
-        for (const resident of residents) {
-          actors.delete(resident.actor.user)
-          forgetDeadline(resident.actor)
+        for (const actor of residents) {
+          actors.delete(actor.user)
+          forgetDeadline(actor)
           // A running actor answers what it holds when interrupted; an idle one may still have
           // parked waiters, answered here.
-          if (resident.actor.busy && resident.fiber !== undefined) running.push(resident.fiber)
-          else closeActor(resident.actor, settings)
-          resident.actor.closed = true
+          if (actor.busy && actor.running !== undefined) running.push(actor.running)
+          else closeActor(actor, settings)
+          actor.closed = true
         }
         yield* Fiber.interruptAll(running)
       })

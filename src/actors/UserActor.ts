@@ -12,6 +12,7 @@
  * and a few fields, no fiber and no queue object (memory per resident user is what the cap multiplies).
  */
 import { Cause, Effect, Exit, Option } from "effect"
+import type { Fiber } from "effect"
 import type { Command } from "../domain/commands.js"
 import type { Config } from "../domain/config.js"
 import type { DecideContext, Wakeup } from "../domain/context.js"
@@ -62,6 +63,8 @@ export interface UserActor {
   readonly mailbox: Array<Envelope>
   /** A fiber is running for it (loading, deciding or writing): never evicted, and not started twice. */
   busy: boolean
+  /** That fiber while it runs, for interrupting it (dropped partitions, shutdown); cleared with `busy`. */
+  running: Fiber.Fiber<void> | undefined
   /** Loaded on the fiber's first run; undefined until then and after a failed write (reloaded). */
   state: UserState | undefined
   /** Replies of `acquire_slot` callers waiting in the user's FIFO queue, by job (made on first use). */
@@ -79,6 +82,7 @@ export const makeUserActor = (user: string, lastActiveAt: number): UserActor => 
   user,
   mailbox: [],
   busy: false,
+  running: undefined,
   state: undefined,
   parked: undefined,
   closed: false,
@@ -103,6 +107,7 @@ const releaseParked = (actor: UserActor): void => {
 export const closeActor = (actor: UserActor, settings: ActorSettings): void => {
   actor.closed = true
   actor.busy = false
+  actor.running = undefined
   actor.state = undefined
   settings.onClose(actor)
   releaseParked(actor)
@@ -205,6 +210,7 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
       // false and starts the next run, so none waits unnoticed.
       if (actor.mailbox.length === 0) {
         actor.busy = false
+        actor.running = undefined
         return
       }
       const envelopes = actor.mailbox.splice(0, settings.decisionsPerWriteMax)
