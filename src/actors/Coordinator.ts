@@ -23,7 +23,7 @@ import { decideSystemJob } from "../domain/slots.js"
 import { Store } from "../store/Store.js"
 import { DeadlineHeap } from "./DeadlineHeap.js"
 import type { ActorSettings, Envelope, Reply, UserActor } from "./UserActor.js"
-import { closeActor, makeUserActor, parkedCount, runUserActor } from "./UserActor.js"
+import { closeActor, makeEnvelope, makeUserActor, parkedCount, runUserActor } from "./UserActor.js"
 
 export interface CoordinatorShape {
   /** Decides one command through its user's actor; never fails: store trouble answers `unavailable`, a full mailbox `overloaded`. */
@@ -192,7 +192,7 @@ export const makeCoordinator = (
         return reply(decideSystemJob(command, clock.currentTimeMillisUnsafe()))
       }
       const actor = actorFor(command.user)
-      if (actor === undefined || !offer(actor, { command, reply })) reply(overloaded)
+      if (actor === undefined || !offer(actor, makeEnvelope(command, reply))) reply(overloaded)
     }
 
     /** Enqueues in order and resumes with every result once the last arrives. */
@@ -203,6 +203,7 @@ export const makeCoordinator = (
         if (left === 0) return resume(Effect.succeed(results))
         commands.forEach((command, index) =>
           enqueue(command, (result) => {
+            if (results[index] !== undefined) return
             results[index] = result
             left -= 1
             if (left === 0) resume(Effect.succeed(results))
@@ -218,7 +219,7 @@ export const makeCoordinator = (
         if (actor === undefined || actor.closed || actor.scheduledDeadline !== top.at) continue
         actor.scheduledDeadline = Infinity
         // A full mailbox needs no tick: its next group applies everything due and schedules again.
-        offer(actor, { command: { op: "tick", user: actor.user }, reply: ignoreReply })
+        offer(actor, makeEnvelope({ op: "tick", user: actor.user }, ignoreReply))
       }
     }
 

@@ -31,7 +31,15 @@ export type Reply = (result: Result) => void
 export interface Envelope {
   readonly command: Command
   readonly reply: Reply
+  /** Set by the first answer: every later one (a parked waiter also in a failed group) is dropped. */
+  answered: boolean
 }
+
+export const makeEnvelope = (command: Command, reply: Reply): Envelope => ({
+  command,
+  reply,
+  answered: false
+})
 
 export interface ActorSettings {
   readonly config: Config
@@ -67,8 +75,8 @@ export interface UserActor {
   running: Fiber.Fiber<void> | undefined
   /** Loaded on the fiber's first run; undefined until then and after a failed write (reloaded). */
   state: UserState | undefined
-  /** Replies of `acquire_slot` callers waiting in the user's FIFO queue, by job (made on first use). */
-  parked: Map<string, Array<Reply>> | undefined
+  /** `acquire_slot` callers waiting in the user's FIFO queue, by job (made on first use). */
+  parked: Map<string, Array<Envelope>> | undefined
   closed: boolean
   /** The group being decided or written, answered `unavailable` if the actor is interrupted. */
   inFlight: ReadonlyArray<Envelope>
@@ -94,24 +102,62 @@ export const makeUserActor = (user: string, lastActiveAt: number): UserActor => 
 /** Waiters parked on this actor (0 when none were ever parked). */
 export const parkedCount = (actor: UserActor): number => actor.parked?.size ?? 0
 
+/**
+ * Every answer goes through here: once per envelope, and a reply callback that throws is reported, not
+ * let loose in the loops that answer the rest of a group.
+ */
+const answer = (envelope: Envelope, result: Result, settings: ActorSettings, user: string): void => {
+  if (envelope.answered) return
+  envelope.answered = true
+  try {
+    envelope.reply(result)
+  } catch (cause) {
+    settings.onError(user, "reply callback threw", cause)
+  }
+}
+
+const answerAll = (
+  envelopes: ReadonlyArray<Envelope>,
+  result: Result,
+  settings: ActorSettings,
+  user: string
+): void => {
+  for (const envelope of envelopes) answer(envelope, result, settings, user)
+}
+
 /** Answers every parked waiter `unavailable`: their place in the queue was memory only. */
-const releaseParked = (actor: UserActor): void => {
-  for (const replies of actor.parked?.values() ?? []) for (const reply of replies) reply(unavailable)
+const releaseParked = (actor: UserActor, settings: ActorSettings): void => {
+  const parked = actor.parked
   actor.parked = undefined
+  for (const envelopes of parked?.values() ?? []) answerAll(envelopes, unavailable, settings, actor.user)
 }
 
 /**
- * Stops the actor: the registry forgets it (synchronously, so no command is offered after this), and
- * whatever is still queued or parked is answered `unavailable`.
+ * Stops the actor: the registry forgets it first (synchronously, so no command is offered to it after
+ * this, and a caller that enqueues again from inside its reply reaches a new actor), then everything it
+ * still holds is answered `unavailable` in arrival order: waiters parked by earlier groups, the group
+ * `inFlight` (being decided or written, its own parked waiters in place), the queue.
  */
-export const closeActor = (actor: UserActor, settings: ActorSettings): void => {
+export const closeActor = (
+  actor: UserActor,
+  settings: ActorSettings,
+  inFlight: ReadonlyArray<Envelope> = []
+): void => {
   actor.closed = true
   actor.busy = false
   actor.running = undefined
   actor.state = undefined
+  actor.inFlight = []
   settings.onClose(actor)
-  releaseParked(actor)
-  for (const envelope of actor.mailbox.splice(0)) envelope.reply(unavailable)
+  const parked = actor.parked
+  actor.parked = undefined
+  const current = new Set(inFlight)
+  for (const waiting of parked?.values() ?? []) {
+    for (const envelope of waiting)
+      if (!current.has(envelope)) answer(envelope, unavailable, settings, actor.user)
+  }
+  answerAll(inFlight, unavailable, settings, actor.user)
+  answerAll(actor.mailbox.splice(0), unavailable, settings, actor.user)
 }
 
 const load = (actor: UserActor, settings: ActorSettings): Effect.Effect<Option.Option<UserState>> =>
@@ -128,7 +174,7 @@ const load = (actor: UserActor, settings: ActorSettings): Effect.Effect<Option.O
 
 interface Group {
   readonly events: Array<StoreEvent>
-  readonly replies: Array<readonly [Reply, Result]>
+  readonly replies: Array<readonly [Envelope, Result]>
   readonly wakeups: Array<Wakeup>
 }
 
@@ -141,17 +187,18 @@ const decideGroup = (
   settings: ActorSettings
 ): Group => {
   const group: Group = { events: [], replies: [], wakeups: [] }
-  for (const { command, reply } of envelopes) {
+  for (const envelope of envelopes) {
+    const { command } = envelope
     const decision = decide(state, command, ctx, { assertFull: settings.assertFull })
     for (const event of decision.events) group.events.push(event)
     for (const wakeup of decision.wakeups) group.wakeups.push(wakeup)
-    if (decision.result !== null) group.replies.push([reply, decision.result])
+    if (decision.result !== null) group.replies.push([envelope, decision.result])
     else if (command.op === "acquire_slot") {
       actor.parked ??= new Map()
-      const replies = actor.parked.get(command.job) ?? []
-      replies.push(reply)
-      actor.parked.set(command.job, replies)
-    } else group.replies.push([reply, { status: "ok" }])
+      const waiting = actor.parked.get(command.job) ?? []
+      waiting.push(envelope)
+      actor.parked.set(command.job, waiting)
+    } else group.replies.push([envelope, { status: "ok" }])
   }
   return group
 }
@@ -169,12 +216,7 @@ export const runUserActor = (actor: UserActor, settings: ActorSettings): Effect.
       : Effect.sync(() => {
           if (!Cause.hasInterruptsOnly(exit.cause))
             settings.onError(actor.user, "actor crashed", Cause.squash(exit.cause))
-          // Closed before anything is answered: a reply's caller may enqueue again at once, and that
-          // command must reach a new actor, not this one's mailbox.
-          const inFlight = actor.inFlight
-          actor.inFlight = []
-          closeActor(actor, settings)
-          for (const { reply } of inFlight) reply(unavailable)
+          closeActor(actor, settings, actor.inFlight)
         })
   )
 
@@ -215,7 +257,7 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
       }
       const envelopes = actor.mailbox.splice(0, settings.decisionsPerWriteMax)
       if (!settings.servable(actor.user)) {
-        for (const { reply } of envelopes) reply(unavailable)
+        answerAll(envelopes, unavailable, settings, actor.user)
         continue
       }
       actor.inFlight = envelopes
@@ -235,8 +277,8 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
 
       if (confirmed === undefined) {
         // Nothing of this group is confirmed: answer it all `unavailable` and start again from the store.
-        for (const { reply } of envelopes) reply(unavailable)
-        releaseParked(actor)
+        answerAll(envelopes, unavailable, settings, actor.user)
+        releaseParked(actor, settings)
         actor.state = undefined
         actor.inFlight = []
         const reloaded = yield* load(actor, settings)
@@ -244,11 +286,11 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
         state = reloaded.value
         actor.state = state
       } else {
-        for (const [reply, result] of confirmed.replies) reply(result)
+        for (const [envelope, result] of confirmed.replies) answer(envelope, result, settings, actor.user)
         for (const { job, result } of confirmed.wakeups) {
-          const replies = actor.parked?.get(job)
+          const waiting = actor.parked?.get(job)
           actor.parked?.delete(job)
-          for (const reply of replies ?? []) reply(result)
+          answerAll(waiting ?? [], result, settings, actor.user)
         }
         if (actor.parked?.size === 0) actor.parked = undefined
       }

@@ -118,11 +118,19 @@ export const makeGroupCommit = <A, E>(
             if (!open) return resume(Effect.fail(options.closed()))
             counters.submissions += 1
             counters.items += items.length
-            pending.push({ items, done: resume })
+            const submission: Submission<A, E> = { items, done: resume }
+            pending.push(submission)
             if (!startScheduled && committing.size < writersMax) {
               startScheduled = true
               queueMicrotask(startGroups)
             }
+            // The waiter was interrupted (its actor dropped with its partition): a submission still
+            // waiting for a writer is withdrawn, so it cannot land after the user's next actor loaded.
+            // One already in a group is committed or fails with it (the fence decides which).
+            return Effect.sync(() => {
+              const index = pending.indexOf(submission)
+              if (index >= 0) pending.splice(index, 1)
+            })
           })
 
     yield* Effect.addFinalizer(() =>

@@ -1,22 +1,12 @@
-import { Effect, Fiber, Layer } from "effect"
+import { Effect, Fiber } from "effect"
 import { TestClock } from "effect/testing"
 import { describe, expect, it } from "vitest"
-import { Coordinator, coordinatorLayer } from "../../src/actors/Coordinator.js"
-import { defaultConfig } from "../../src/domain/config.js"
-import { makeMemoryStore, memoryStoreLayer } from "../../src/store/MemoryStore.js"
+import { Coordinator } from "../../src/actors/Coordinator.js"
+import { makeMemoryStore } from "../../src/store/MemoryStore.js"
+import { runOnCoordinator } from "../support/harness.js"
 
 const run = <A>(body: Effect.Effect<A, never, Coordinator>, store = makeMemoryStore()) =>
-  Effect.runPromise(
-    Effect.scoped(
-      Effect.provide(
-        body,
-        coordinatorLayer({ config: defaultConfig, assertFull: true, sweepIntervalMs: 0 }).pipe(
-          Layer.provide(memoryStoreLayer(store)),
-          Layer.provideMerge(TestClock.layer())
-        )
-      )
-    )
-  )
+  runOnCoordinator(store, body)
 
 describe("Coordinator", () => {
   it("grants exactly one of two concurrent reserves that only one fits (seed 000)", async () => {
@@ -87,32 +77,25 @@ describe("Coordinator", () => {
 
   it("answers unavailable when the actor itself crashes outside a decision, then serves from the store", async () => {
     let crashes = 1
-    const results = await Effect.runPromise(
-      Effect.scoped(
-        Effect.gen(function* () {
-          const coordinator = yield* Coordinator
-          const reserve = (id: string) =>
-            coordinator.submit({ op: "reserve", user: "u", meter: "tokens", amount: 10, id, ttlMs: 60_000 })
-          // The first write is durable, then the actor's own code throws before it answers.
-          const crashed = yield* reserve("a")
-          const retried = yield* reserve("a")
-          return { crashed, retried }
-        }).pipe(
-          Effect.provide(
-            coordinatorLayer({
-              config: defaultConfig,
-              assertFull: true,
-              sweepIntervalMs: 0,
-              onPersisted: () => {
-                if (crashes > 0) {
-                  crashes -= 1
-                  throw new Error("a bug after the write")
-                }
-              }
-            }).pipe(Layer.provide(memoryStoreLayer(makeMemoryStore())), Layer.provideMerge(TestClock.layer()))
-          )
-        )
-      )
+    const results = await runOnCoordinator(
+      makeMemoryStore(),
+      Effect.gen(function* () {
+        const coordinator = yield* Coordinator
+        const reserve = (id: string) =>
+          coordinator.submit({ op: "reserve", user: "u", meter: "tokens", amount: 10, id, ttlMs: 60_000 })
+        // The first write is durable, then the actor's own code throws before it answers.
+        const crashed = yield* reserve("a")
+        const retried = yield* reserve("a")
+        return { crashed, retried }
+      }),
+      {
+        onPersisted: () => {
+          if (crashes > 0) {
+            crashes -= 1
+            throw new Error("a bug after the write")
+          }
+        }
+      }
     )
     expect(results.crashed).toEqual({ status: "unavailable" })
     // The write had landed: the retry of the same id finds the hold the store kept.

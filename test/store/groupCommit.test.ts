@@ -2,7 +2,7 @@
  * Group commit against Postgres: concurrent writers share few commits, every waiter gets its group's
  * outcome, and a failing group leaves nothing behind.
  */
-import { Effect, Result } from "effect"
+import { Effect, Fiber, Result } from "effect"
 import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { HoldRecord, StoreEvent } from "../../src/domain/events.js"
@@ -192,9 +192,9 @@ describe("GroupCommit failures", () => {
 
   it("fails every waiter of a group with one bad event and applies none of it", async () => {
     const pool = database.pool({ max: 1 })
-    const opened = await openStore(pool)
+    // One writer holding the only connection: it takes the pilot and waits, the rest queue behind it.
+    const opened = await openStore(pool, { writersMax: 1 })
     const failing = opened.value
-    // Hold the only connection: the writer takes the pilot and waits, the rest queue up behind it.
     const blocker = await pool.connect()
     const pilot = Effect.runPromise(Effect.result(failing.write(actorWrite("group-pilot", 0))))
     await waitForQueued(failing, 0)
@@ -290,6 +290,29 @@ describe("GroupCommit over Postgres, pipelined (BEGIN, writes and COMMIT in one 
     }
     await opened.close()
     await pool.end()
+  })
+})
+
+describe("GroupCommit withdrawals", () => {
+  it("withdraws a submission still waiting for a writer when its waiter is interrupted", async () => {
+    const pool = database.pool({ max: 1 })
+    const opened = await openStore(pool, { writersMax: 1 })
+    const blocker = await pool.connect()
+    const first = Effect.runPromise(Effect.result(opened.value.write(actorWrite("withdraw-first", 0))))
+    await waitForQueued(opened.value, 0)
+    // Its actor is dropped (a partition handed off) while the write waits behind the first.
+    const dropped = Effect.runFork(opened.value.write(actorWrite("withdraw-dropped", 1)))
+    await waitForQueued(opened.value, 1)
+    await Effect.runPromise(Fiber.interrupt(dropped))
+    expect((await Effect.runPromise(opened.value.commitStats)).queued).toBe(0)
+    blocker.release()
+    expect(Result.isSuccess(await first)).toBe(true)
+    // A later write still commits: the writer was not disturbed by the withdrawal.
+    await Effect.runPromise(opened.value.write(actorWrite("withdraw-later", 2)))
+    expect(await countRows(pool, "holds", "withdraw-first")).toBe(1)
+    expect(await countRows(pool, "holds", "withdraw-dropped")).toBe(0)
+    expect(await countRows(pool, "holds", "withdraw-later")).toBe(1)
+    await opened.close()
   })
 })
 

@@ -4,10 +4,11 @@
  */
 import { Clock, Context, Deferred, Effect, Exit, Layer, Scope } from "effect"
 import { TestClock } from "effect/testing"
-import type { CoordinatorShape } from "../../src/actors/Coordinator.js"
+import type { CoordinatorOptions, CoordinatorShape } from "../../src/actors/Coordinator.js"
 import { Coordinator, coordinatorLayer } from "../../src/actors/Coordinator.js"
 import type { Command } from "../../src/domain/commands.js"
 import type { Config } from "../../src/domain/config.js"
+import { defaultConfig } from "../../src/domain/config.js"
 import type { Result } from "../../src/domain/results.js"
 import type { StoreShape } from "../../src/store/Store.js"
 import { Store } from "../../src/store/Store.js"
@@ -135,3 +136,24 @@ export const settledWithin = async (promise: Promise<unknown>, turns = 500): Pro
   for (let turn = 0; turn < turns && !done; turn += 1) await flushTurns(1)
   return done
 }
+
+/**
+ * Runs `body` against a coordinator over `store` (a memory store) on the test clock, with every
+ * aggregate recounted after each decision; `options` adds or overrides coordinator options.
+ */
+export const runOnCoordinator = <A>(
+  store: StoreShape,
+  body: Effect.Effect<A, never, Coordinator>,
+  options: Partial<CoordinatorOptions> = {}
+): Promise<A> =>
+  Effect.runPromise(
+    Effect.scoped(
+      Effect.provide(
+        body,
+        coordinatorLayer({ config: defaultConfig, assertFull: true, sweepIntervalMs: 0, ...options }).pipe(
+          Layer.provide(Layer.succeed(Store, store)),
+          Layer.provideMerge(TestClock.layer())
+        )
+      )
+    )
+  )
