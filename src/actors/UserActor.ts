@@ -125,11 +125,19 @@ const answerAll = (
   for (const envelope of envelopes) answer(envelope, result, settings, user)
 }
 
-/** Answers every parked waiter `unavailable`: their place in the queue was memory only. */
-const releaseParked = (actor: UserActor, settings: ActorSettings): void => {
+/**
+ * Answers `unavailable`, in arrival order, the waiters parked by earlier groups (their place in the
+ * queue was memory only), then the group `inFlight` (its own parked waiters in place).
+ */
+const answerHeld = (actor: UserActor, inFlight: ReadonlyArray<Envelope>, settings: ActorSettings): void => {
   const parked = actor.parked
   actor.parked = undefined
-  for (const envelopes of parked?.values() ?? []) answerAll(envelopes, unavailable, settings, actor.user)
+  const current = new Set(inFlight)
+  for (const waiting of parked?.values() ?? []) {
+    for (const envelope of waiting)
+      if (!current.has(envelope)) answer(envelope, unavailable, settings, actor.user)
+  }
+  answerAll(inFlight, unavailable, settings, actor.user)
 }
 
 /**
@@ -149,14 +157,7 @@ export const closeActor = (
   actor.state = undefined
   actor.inFlight = []
   settings.onClose(actor)
-  const parked = actor.parked
-  actor.parked = undefined
-  const current = new Set(inFlight)
-  for (const waiting of parked?.values() ?? []) {
-    for (const envelope of waiting)
-      if (!current.has(envelope)) answer(envelope, unavailable, settings, actor.user)
-  }
-  answerAll(inFlight, unavailable, settings, actor.user)
+  answerHeld(actor, inFlight, settings)
   answerAll(actor.mailbox.splice(0), unavailable, settings, actor.user)
 }
 
@@ -277,8 +278,7 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
 
       if (confirmed === undefined) {
         // Nothing of this group is confirmed: answer it all `unavailable` and start again from the store.
-        answerAll(envelopes, unavailable, settings, actor.user)
-        releaseParked(actor, settings)
+        answerHeld(actor, envelopes, settings)
         actor.state = undefined
         actor.inFlight = []
         const reloaded = yield* load(actor, settings)
