@@ -35,6 +35,9 @@ export interface Envelope {
   answered: boolean
 }
 
+/** The empty group, shared: an actor with nothing in flight allocates nothing for it. */
+const noEnvelopes: ReadonlyArray<Envelope> = Object.freeze([])
+
 export const makeEnvelope = (command: Command, reply: Reply): Envelope => ({
   command,
   reply,
@@ -94,7 +97,7 @@ export const makeUserActor = (user: string, lastActiveAt: number): UserActor => 
   state: undefined,
   parked: undefined,
   closed: false,
-  inFlight: [],
+  inFlight: noEnvelopes,
   scheduledDeadline: Infinity,
   lastActiveAt
 })
@@ -155,7 +158,7 @@ export const closeActor = (
   actor.busy = false
   actor.running = undefined
   actor.state = undefined
-  actor.inFlight = []
+  actor.inFlight = noEnvelopes
   settings.onClose(actor)
   answerHeld(actor, inFlight, settings)
   answerAll(actor.mailbox.splice(0), unavailable, settings, actor.user)
@@ -280,7 +283,7 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
         // Nothing of this group is confirmed: answer it all `unavailable` and start again from the store.
         answerHeld(actor, envelopes, settings)
         actor.state = undefined
-        actor.inFlight = []
+        actor.inFlight = noEnvelopes
         const reloaded = yield* load(actor, settings)
         if (Option.isNone(reloaded)) return closeActor(actor, settings)
         state = reloaded.value
@@ -295,7 +298,7 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
         if (actor.parked?.size === 0) actor.parked = undefined
       }
       actor.lastActiveAt = decidedAt
-      actor.inFlight = []
+      actor.inFlight = noEnvelopes
       settings.scheduleDeadline(actor, nextDeadline(state))
     }
   })

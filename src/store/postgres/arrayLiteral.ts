@@ -13,8 +13,19 @@ const escapeAll = /["\\]/g
 const quoted = (text: string): string =>
   needsEscape.test(text) ? `"${text.replace(escapeAll, "\\$&")}"` : `"${text}"`
 
+/** Whether every value is a string with nothing to escape: the literal is then one `join`. */
+const allPlainText = (values: ReadonlyArray<string | null>): boolean => {
+  for (let index = 0; index < values.length; index += 1) {
+    const value = values[index]
+    if (typeof value !== "string" || needsEscape.test(value)) return false
+  }
+  return true
+}
+
 /** `{"a","b",NULL}`: every element quoted, so commas, braces, spaces and the word NULL stay text. */
 export const textArrayLiteral = (values: ReadonlyArray<string | null>): string => {
+  // The common case (ids, meters, states): no element string of its own, no parts array.
+  if (values.length > 0 && allPlainText(values)) return `{"${values.join('","')}"}`
   const parts = new Array<string>(values.length)
   for (let index = 0; index < values.length; index += 1) {
     const value = values[index]
@@ -29,6 +40,9 @@ export const textArrayLiteral = (values: ReadonlyArray<string | null>): string =
  * invariants; anything else is a bug, and throwing fails the group instead of storing a rounded number.
  */
 export const integerArrayLiteral = (values: ReadonlyArray<number | null>): string => {
+  let plain = true
+  for (let index = 0; index < values.length && plain; index += 1) plain = Number.isSafeInteger(values[index])
+  if (plain) return `{${values.join(",")}}`
   const parts = new Array<string>(values.length)
   for (let index = 0; index < values.length; index += 1) {
     const value = values[index]
