@@ -22,6 +22,7 @@ import { overloaded } from "../domain/results.js"
 import { decideSystemJob } from "../domain/slots.js"
 import { Store } from "../store/Store.js"
 import { DeadlineHeap } from "./DeadlineHeap.js"
+import { RecencyList } from "./RecencyList.js"
 import type { ActorSettings, Envelope, Reply, UserActor } from "./UserActor.js"
 import { closeActor, makeEnvelope, makeUserActor, parkedCount, runUserActor } from "./UserActor.js"
 
@@ -88,7 +89,9 @@ export const makeCoordinator = (
     const clock = yield* Clock.Clock
     const context = yield* Effect.context<never>()
     const runFork = Effect.runForkWith(context)
+    /** Resident actors by user, and the same actors least recently used first. */
     const actors = new Map<string, UserActor>()
+    const recency = new RecencyList<UserActor>()
     const capacity = options.mailboxCapacity ?? mailboxCapacity
     const maxResident = options.residentActorsMax ?? residentActorsMax
 
@@ -130,9 +133,15 @@ export const makeCoordinator = (
       onPersisted: options.onPersisted ?? (() => {}),
       onClose: (actor) => {
         if (actors.get(actor.user) !== actor) return
-        actors.delete(actor.user)
-        forgetDeadline(actor)
+        forgetResident(actor)
       }
+    }
+
+    /** Takes an actor out of the resident set and forgets its deadline. */
+    const forgetResident = (actor: UserActor): void => {
+      actors.delete(actor.user)
+      recency.remove(actor)
+      forgetDeadline(actor)
     }
 
     const isIdle = (actor: UserActor): boolean =>
@@ -140,15 +149,14 @@ export const makeCoordinator = (
 
     /** Forgets an idle actor: it has no fiber, so its memory goes with it. */
     const evict = (actor: UserActor): void => {
-      actors.delete(actor.user)
-      forgetDeadline(actor)
+      forgetResident(actor)
       actor.closed = true
       actor.state = undefined
     }
 
     /** Makes room for one more actor by evicting the least recently used idle one. */
     const evictOne = (): boolean => {
-      for (const actor of actors.values()) {
+      for (let actor = recency.oldest; actor !== undefined; actor = actor.newer) {
         if (!isIdle(actor)) continue
         evict(actor)
         return true
@@ -159,14 +167,15 @@ export const makeCoordinator = (
     const actorFor = (user: string): UserActor | undefined => {
       const resident = actors.get(user)
       if (resident !== undefined && !resident.closed) {
-        // Map order is recency order: the front is the least recently used.
-        actors.delete(user)
-        actors.set(user, resident)
+        recency.touch(resident)
         return resident
       }
+      // A closed actor still mapped is replaced; it must not stay in the recency order either.
+      if (resident !== undefined) recency.remove(resident)
       if (actors.size >= maxResident && !evictOne()) return undefined
       const actor = makeUserActor(user, clock.currentTimeMillisUnsafe())
       actors.set(user, actor)
+      recency.touch(actor)
       return actor
     }
 
@@ -242,7 +251,7 @@ export const makeCoordinator = (
     const evictIdle = Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
       const idle: Array<UserActor> = []
-      for (const actor of actors.values()) {
+      for (let actor = recency.oldest; actor !== undefined; actor = actor.newer) {
         if (actor.lastActiveAt + idleMs > now) break
         if (isIdle(actor)) idle.push(actor)
       }
@@ -266,8 +275,7 @@ export const makeCoordinator = (
         const residents = [...actors.values()].filter((actor) => drop(actor.user))
         const running: Array<Fiber.Fiber<void>> = []
         for (const actor of residents) {
-          actors.delete(actor.user)
-          forgetDeadline(actor)
+          forgetResident(actor)
           // A running actor answers what it holds when interrupted; an idle one may still have
           // parked waiters, answered here.
           if (actor.busy && actor.running !== undefined) running.push(actor.running)

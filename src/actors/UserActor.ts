@@ -24,6 +24,7 @@ import { unavailable } from "../domain/results.js"
 import type { UserState } from "../domain/state.js"
 import { nextDeadline, userStateFromStored } from "../domain/state.js"
 import type { StoreShape } from "../store/Store.js"
+import type { RecencyLinks } from "./RecencyList.js"
 
 /** Called exactly once with the command's result: the actor's only way to answer. */
 export type Reply = (result: Result) => void
@@ -68,7 +69,8 @@ export interface ActorSettings {
   readonly onClose: (actor: UserActor) => void
 }
 
-export interface UserActor {
+/** The recency links are the coordinator's (RecencyList); nothing else reads or writes them. */
+export interface UserActor extends RecencyLinks<UserActor> {
   readonly user: string
   /** Commands not yet taken, in arrival order; the coordinator bounds it (mailboxCapacity). */
   readonly mailbox: Array<Envelope>
@@ -99,7 +101,9 @@ export const makeUserActor = (user: string, lastActiveAt: number): UserActor => 
   closed: false,
   inFlight: noEnvelopes,
   scheduledDeadline: Infinity,
-  lastActiveAt
+  lastActiveAt,
+  newer: undefined,
+  older: undefined
 })
 
 /** Waiters parked on this actor (0 when none were ever parked). */
