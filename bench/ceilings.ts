@@ -9,6 +9,7 @@ import type { CpuShares } from "./lib/cpu.js"
 import { startCpuMeter } from "./lib/cpu.js"
 import type { LatencySummary } from "./lib/latency.js"
 import { makeLatencyRecorder } from "./lib/latency.js"
+import { holdInsertText, holdKeys, holdTableDdl } from "./lib/holdRows.js"
 import { makePool } from "./targets/pgCommon.js"
 
 const schema = "bench_ceiling"
@@ -31,14 +32,9 @@ export const measureInsertCeiling = async (
 ): Promise<ReadonlyArray<InsertCeiling>> => {
   const pool = makePool(connectionString, 1)
   try {
-    await pool.query(`
-      drop schema if exists ${schema} cascade;
-      create schema ${schema};
-      create table ${schema}.holds (
-        user_id text not null, id text not null, meter text not null, amount bigint not null,
-        consumed bigint not null, state text not null, expires_at bigint not null, created_at bigint not null,
-        closed_at bigint, partition integer not null, primary key (user_id, id)
-      )`)
+    await pool.query(`drop schema if exists ${schema} cascade`)
+    await pool.query(holdTableDdl(schema))
+    const insertText = holdInsertText(schema)
     const results: Array<InsertCeiling> = []
     let sequence = 0
     for (const batchRows of batchSizes) {
@@ -47,21 +43,10 @@ export const measureInsertCeiling = async (
       let commits = 0
       const started = performance.now()
       while (performance.now() - started < measureMs) {
-        const users: Array<string> = []
-        const ids: Array<string> = []
-        for (let index = 0; index < batchRows; index += 1) {
-          sequence += 1
-          users.push(`u${sequence % 10_000}`)
-          ids.push(`h${sequence}`)
-        }
-        const now = Date.now()
+        const keys = holdKeys(batchRows, sequence)
+        sequence = keys.sequence
         const before = performance.now()
-        await pool.query(
-          `insert into ${schema}.holds
-           select u, i, 'work', 10, 0, 'pending', $3::bigint + 3600000, $3::bigint, null, 0
-           from unnest($1::text[], $2::text[]) as t(u, i)`,
-          [users, ids, now]
-        )
+        await pool.query(insertText, [keys.users, keys.ids, Date.now()])
         latency.recordMs(performance.now() - before)
         commits += 1
         onTick(`postgres unnest insert, ${batchRows} rows/commit`, (performance.now() - started) / measureMs)

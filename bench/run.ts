@@ -14,8 +14,6 @@
  * --no-half-peak, --half-peak-workloads uniform,hot,mix (default: all; --quick: uniform),
  * --out DIR (where to write the results; default bench/results).
  */
-import type { ChildProcess } from "node:child_process"
-import { spawn } from "node:child_process"
 import { randomBytes } from "node:crypto"
 import { mkdir, writeFile } from "node:fs/promises"
 import os from "node:os"
@@ -26,18 +24,20 @@ import { connect } from "@nats-io/transport-node"
 import type { InsertCeiling } from "./ceilings.js"
 import { measureInsertCeiling } from "./ceilings.js"
 import type { RunResult, SessionPlan } from "./lib/driver.js"
-import { cyclesPerSecond, runWorkload, sleep } from "./lib/driver.js"
+import { cyclesPerSecond, runWorkload } from "./lib/driver.js"
 import { formatCpu } from "./lib/cpu.js"
 import { bestRun } from "./lib/goals.js"
 import { machineInfo } from "./lib/machine.js"
 import { runAtRate } from "./lib/openLoop.js"
 import { makeProgress } from "./lib/progress.js"
-import type { HalfPeakRun, Report, TargetInfo } from "./lib/report.js"
+import { floorSteps, measureFloors } from "./floors.js"
+import type { FloorRun, HalfPeakRun, Report, TargetInfo } from "./lib/report.js"
 import { renderMarkdown, renderSvg } from "./lib/report.js"
 import type { Workload, WorkloadKey } from "./lib/workloads.js"
 import { hotWorkload, mixWorkload, uniformWorkload } from "./lib/workloads.js"
 import type { CoordinatorProcess } from "./targets/coordinatorProcess.js"
 import { missingCoordinatorFiles, startCoordinator } from "./targets/coordinatorProcess.js"
+import { startEchoProcess } from "./targets/echoProcess.js"
 import { makeNatsTarget, natsUrl } from "./targets/natsTarget.js"
 import { createDatabase, databaseUrl, makePool, serverUrl } from "./targets/pgCommon.js"
 import { makeSeed000Target } from "./targets/seed000Postgres.js"
@@ -131,36 +131,6 @@ const serviceVersions = async (): Promise<ReadonlyArray<string>> => {
   services.push(`nats-server ${nc.info?.version ?? "?"}`)
   await nc.close()
   return services
-}
-
-const startEcho = async (prefix: string): Promise<{ pid: number; stop: () => Promise<void> }> => {
-  const child: ChildProcess = spawn(
-    process.execPath,
-    ["--import", "tsx", join("bench", "echoServer.ts"), prefix],
-    {
-      cwd: root,
-      stdio: ["ignore", "pipe", "pipe"]
-    }
-  )
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()))
-  await new Promise<void>((resolve, reject) => {
-    let text = ""
-    child.stdout?.on("data", (chunk: Buffer) => {
-      text += chunk.toString()
-      if (text.includes("ready")) resolve()
-    })
-    child.stderr?.on("data", (chunk: Buffer) => {
-      text += chunk.toString()
-    })
-    void exited.then(() => reject(new Error(`echo server exited: ${text}`)))
-  })
-  return {
-    pid: child.pid ?? -1,
-    stop: async () => {
-      child.kill("SIGTERM")
-      await Promise.race([exited, sleep(5_000)])
-    }
-  }
 }
 
 const summaryOf = (run: RunResult) => {
@@ -260,8 +230,13 @@ const main = async () => {
   const halfPeakTargets = halfPeak ? targets.filter((target) => halfPeakTargetKeys.includes(target.key)) : []
   const halfPeakSteps =
     workloads.filter((workload) => halfPeakWorkloads.has(workload.key)).length * halfPeakTargets.length
+  const coordinatorHalfPeakSteps =
+    workloads.filter((workload) => halfPeakWorkloads.has(workload.key)).length *
+    halfPeakTargets.filter((target) => coordinatorKeys.includes(target.key)).length
   const totalSteps =
-    workloads.length * levels.length * targets.length + halfPeakSteps + (ceilings ? 2 * levels.length + 1 : 0)
+    workloads.length * levels.length * targets.length +
+    halfPeakSteps +
+    (ceilings ? 2 * levels.length + 1 + floorSteps(coordinatorHalfPeakSteps) : 0)
   const progress = makeProgress(totalSteps)
   const runs: Array<RunResult> = []
   const halfPeakRuns: Array<HalfPeakRun> = []
@@ -325,9 +300,10 @@ const main = async () => {
 
   const echoRuns: Array<RunResult & { label: string }> = []
   let inserts: ReadonlyArray<InsertCeiling> = []
+  let floors: ReadonlyArray<FloorRun> = []
   if (ceilings) {
     const echoPrefix = `bench_echo_${namespace}`
-    const echoServer = await startEcho(echoPrefix)
+    const echoServer = await startEchoProcess(root, "echoServer.ts", [echoPrefix])
     cleanups.push(echoServer.stop)
     const echoWorkload = uniformWorkload(`${namespace}e`)
     for (const [mode, label] of [
@@ -354,6 +330,20 @@ const main = async () => {
       }
       await echo.close()
     }
+    floors = await measureFloors({
+      root,
+      echo: { prefix: echoPrefix, pid: echoServer.pid },
+      databaseUrl: baselineUrl,
+      namespace,
+      partitions: coordinator?.partitions ?? 64,
+      inFlightMax: halfPeakInFlightMax,
+      coordinatorRuns: halfPeakRuns
+        .map(({ run }) => run)
+        .filter((run) => coordinatorKeys.includes(run.target)),
+      workloads,
+      sessionPlan,
+      progress
+    })
     inserts = await measureInsertCeiling(baselineUrl, levels, insertMeasureMs, (label, fraction) =>
       progress.update(label, Math.min(1, fraction / levels.length))
     )
@@ -408,7 +398,8 @@ const main = async () => {
       fraction: halfPeakFraction,
       inFlightMax: halfPeakInFlightMax,
       workloads: allWorkloadKeys.filter((key) => halfPeakWorkloads.has(key) && wantedWorkloads.has(key)),
-      runs: halfPeakRuns
+      runs: halfPeakRuns,
+      floors
     },
     remarks
   }

@@ -9,7 +9,8 @@ import type { RunResult } from "./driver.js"
 import { cyclesPerSecond } from "./driver.js"
 import { formatMs, formatRate, perSecond } from "./format.js"
 import type { OpenLoopResult } from "./openLoop.js"
-import type { Report } from "./report.js"
+import { floorsOf } from "./floorsReport.js"
+import type { FloorRun, HalfPeakRun, Report } from "./report.js"
 import type { StepName, WorkloadKey } from "./workloads.js"
 
 /** The issue's latency goal: p99 at most this at half of peak throughput. */
@@ -301,6 +302,7 @@ const latencyLines = (report: Report, labelOf: (key: string) => string): Array<s
     lines.push(
       `- ${workload}: required p99 ≤ ${p99GoalMs} ms at ${Math.round(phase.fraction * 100)}% of peak; lowest coordinator p99 ${formatMs(lowest.run.latency.p99Ms)} ms (${lowest.run.target} at ${formatRate(lowest.run.offeredPerSecond)} cycles/s offered): ${metBy.length > 0 ? `**met** by ${metBy.join(", ")}` : "**not met**"}. Lowest p99 of any design at half its own peak in this run: ${formatMs(anyDesign.run.latency.p99Ms)} ms (${labelOf(anyDesign.run.target)}, the bench's own start lag p99 ${formatMs(anyDesign.run.startLag.p99Ms)} ms inside it).`
     )
+    lines.push(...floorLines(coordinatorRuns, phase.floors, labelOf))
   }
   if (!report.ceilingsMeasured) {
     lines.push(
@@ -339,6 +341,36 @@ const latencyLines = (report: Report, labelOf: (key: string) => string): Array<s
   if (abovePerHalf.length > 0) {
     lines.push(
       `- Half of the round trips of ${abovePerHalf.join(" and ")} alone took more than ${p99GoalMs} ms here: no design that pays that hop or that commit can have a p99 of ${p99GoalMs} ms on this machine, at this load.`
+    )
+  }
+  return lines
+}
+
+/** Per coordinator run of one workload: its floors' p99 at the same rate, and what they allow. */
+const floorLines = (
+  coordinatorRuns: ReadonlyArray<HalfPeakRun>,
+  floors: ReadonlyArray<FloorRun>,
+  labelOf: (key: string) => string
+): Array<string> => {
+  const measured = coordinatorRuns
+    .map(({ run }) => ({ run, ...floorsOf(floors, run) }))
+    .filter((entry) => entry.durable !== undefined || entry.echo !== undefined)
+  if (measured.length === 0) return []
+  const lines = measured.map(
+    ({ run, echo, durable }) =>
+      `  - ${labelOf(run.target)} at ${formatRate(run.offeredPerSecond)} cycles/s: coordinator p99 ${formatMs(run.latency.p99Ms)} ms; at the same rate the NATS echo's p99 was ${echo === undefined ? "not measured" : `${formatMs(echo.latency.p99Ms)} ms`} and the durable echo's ${durable === undefined ? "not measured" : `${formatMs(durable.latency.p99Ms)} ms (the coordinator ${(run.latency.p99Ms / durable.latency.p99Ms).toFixed(1)}× that)`}.`
+  )
+  const echoMissed = measured.every(({ echo }) => echo !== undefined && echo.latency.p99Ms > p99GoalMs)
+  const durableMissed = measured.every(
+    ({ durable }) => durable !== undefined && durable.latency.p99Ms > p99GoalMs
+  )
+  if (echoMissed) {
+    lines.push(
+      `  - At every coordinator rate here even the NATS echo, which does nothing but answer, had a p99 over ${p99GoalMs} ms: the goal is below what NATS and this bench allow on this machine at these rates.`
+    )
+  } else if (durableMissed) {
+    lines.push(
+      `  - At every coordinator rate here the durable echo, which decides nothing and writes one row per command, had a p99 over ${p99GoalMs} ms: on this machine, with this bench, a NATS service that answers only once its answer is durable did not reach the goal at these rates, whatever its decisions cost.`
     )
   }
   return lines

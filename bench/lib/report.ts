@@ -7,6 +7,7 @@ import { formatCpu } from "./cpu.js"
 import type { RunResult } from "./driver.js"
 import { cyclesPerSecond } from "./driver.js"
 import { formatMs, formatRate, perSecond } from "./format.js"
+import { renderFloorsTable } from "./floorsReport.js"
 import { p99GoalMs, p99Verdict, renderGoals } from "./goals.js"
 import type { MachineInfo } from "./machine.js"
 import type { OpenLoopResult } from "./openLoop.js"
@@ -28,6 +29,17 @@ export interface HalfPeakRun {
   readonly run: OpenLoopResult
 }
 
+/** The far sides of the latency floors (bench/floors.ts). */
+export type FloorKind = "echo" | "durable-echo"
+
+/** A floor's open-loop run at the offered rate of one of the coordinator's half-peak runs. */
+export interface FloorRun {
+  readonly floor: FloorKind
+  /** The coordinator target whose rate, workload and sending mode it repeats. */
+  readonly coordinatorTarget: string
+  readonly run: OpenLoopResult
+}
+
 export interface HalfPeakPhase {
   /** Why the phase did not run (e.g. `--no-half-peak`); absent when it ran. */
   readonly skipped?: string
@@ -36,6 +48,8 @@ export interface HalfPeakPhase {
   readonly inFlightMax: number
   readonly workloads: ReadonlyArray<WorkloadKey>
   readonly runs: ReadonlyArray<HalfPeakRun>
+  /** Empty when the ceilings were not measured (`--no-ceilings`). */
+  readonly floors: ReadonlyArray<FloorRun>
 }
 
 export interface Report {
@@ -105,6 +119,8 @@ const renderHalfPeak = (report: Report, labelOf: (key: string) => string): Array
       )
     }
   }
+  if (coordinatorRuns.length > 0) lines.push("")
+  lines.push(...renderFloorsTable(coordinatorRuns, phase.floors, labelOf, report.machine.cores))
   const errorsSeen = phase.runs.filter(({ run }) => run.firstError !== undefined)
   if (errorsSeen.length > 0) {
     lines.push("")
