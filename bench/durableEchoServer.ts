@@ -1,10 +1,11 @@
 /**
- * The durable floor, run as its own process like the coordinator: answers every request on
- * `{prefix}.v1.*.ops` with its own bytes, but only after one hold-shaped row per command is committed
- * (fsync'd) in Postgres. Requests that arrive in one synchronous run share a commit, with at most
- * storeWritersMax commits in flight, as the coordinator's group commit does. No decision, no state,
- * one table, one row per command (the coordinator writes up to three per command): no service that
- * makes each answer durable over NATS before replying can be faster here, only slower.
+ * The durable echo, a reference point for the latency floors (floors.ts), run as its own process like
+ * the coordinator: answers every request on `{prefix}.v1.*.ops` with its own bytes, but only after one
+ * hold-shaped row per command is committed (fsync'd) in Postgres. Requests that arrive in one
+ * synchronous run share a commit, with at most storeWritersMax commits in flight, as the coordinator's
+ * group commit does. It decides nothing and keeps no state; unlike the coordinator it writes a row for
+ * every command (the coordinator writes none for a refusal, up to three for a commit) and does not
+ * hold a user's second write until the first is durable.
  *
  * Usage: tsx bench/durableEchoServer.ts <prefix> <database url>   (prints "ready" once subscribed)
  */
@@ -35,8 +36,12 @@ let sequence = 0
 
 /** Commands in a message: a batch is a JSON array (PROTOCOL.md); anything else is one command. */
 const commandsIn = (msg: Msg): number => {
-  const body: unknown = JSON.parse(msg.string())
-  return Array.isArray(body) ? body.length : 1
+  try {
+    const body: unknown = JSON.parse(msg.string())
+    return Array.isArray(body) ? Math.max(1, body.length) : 1
+  } catch {
+    return 1
+  }
 }
 
 const startGroups = () => {
@@ -71,10 +76,17 @@ const commitGroup = async (group: ReadonlyArray<Waiting>, rows: number): Promise
   sequence = keys.sequence
   try {
     await pool.query({ ...insert, values: [keys.users, keys.ids, Date.now()] })
-    for (const waiting of group) waiting.msg.respond(waiting.msg.data)
   } catch (error) {
     // No reply: the client's request times out and counts as an error, as a lost write must.
     process.stderr.write(`durable echo: commit failed: ${String(error)}\n`)
+    return
+  }
+  for (const waiting of group) {
+    try {
+      waiting.msg.respond(waiting.msg.data)
+    } catch (error) {
+      process.stderr.write(`durable echo: reply failed: ${String(error)}\n`)
+    }
   }
 }
 

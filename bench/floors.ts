@@ -1,14 +1,16 @@
 /**
- * Latency floors at the coordinator's half-peak rates: each coordinator open-loop run is repeated, at
- * the same offered rate, with the same workload and the same way of sending (one command per message,
- * or coalesced as the SDK does), against two far sides that do less than any coordinator can:
+ * Latency reference points at the coordinator's half-peak rates: each coordinator open-loop run is
+ * repeated, at the same offered rate, with the same workload and the same shape of sending (one
+ * command per message, or commands coalesced per microtask by the bench's coalescer, which unlike the
+ * SDK does not wait for a partition's message in flight), against two far sides that decide nothing:
  *
  * - the NATS echo (echoServer.ts): request/reply and the bench's own work, nothing else;
  * - the durable echo (durableEchoServer.ts): the same, replying only after one row per command is
  *   committed in Postgres, with group commit as the coordinator does.
  *
- * Their p99 at that rate is what this machine and this bench allow a NATS service that answers only
- * once its answer is durable: the coordinator's p99 cannot be lower, whatever its code does.
+ * Their p99 at that rate is what NATS, Postgres's commits and this bench cost on this machine at that
+ * load. They are references, not strict bounds: an echo answers every step `ok`, so in the hot and mix
+ * workloads its cycles carry every command, where the coordinator's end early on a refusal.
  */
 import type { OpenLoopResult, RatePlan } from "./lib/openLoop.js"
 import { runAtRate } from "./lib/openLoop.js"
@@ -34,6 +36,8 @@ export interface FloorsPlan {
   readonly workloads: ReadonlyArray<Workload>
   readonly sessionPlan: (workload: Workload, server: SessionPlan["server"]) => SessionPlan
   readonly progress: Progress
+  /** Registers a stop for a process this phase starts, so an interrupted bench stops it too. */
+  readonly onStarted: (stop: () => Promise<void>) => void
 }
 
 const floorLabels: Readonly<Record<FloorKind, string>> = {
@@ -53,6 +57,7 @@ export const measureFloors = async (plan: FloorsPlan): Promise<ReadonlyArray<Flo
   if (plan.coordinatorRuns.length === 0) return runs
   const durablePrefix = `bench_durable_echo_${plan.namespace}`
   const durable = await startEchoProcess(plan.root, "durableEchoServer.ts", [durablePrefix, plan.databaseUrl])
+  plan.onStarted(durable.stop)
   const targets = new Map<string, Target>()
   try {
     const servers: Record<FloorKind, { readonly prefix: string; readonly pid: number }> = {
@@ -82,7 +87,7 @@ export const measureFloors = async (plan: FloorsPlan): Promise<ReadonlyArray<Flo
       for (const floor of ["echo", "durable-echo"] as const) {
         const target = await targetFor(floor, mode)
         const ratePlan: RatePlan = {
-          ...plan.sessionPlan(workload, { pid: servers[floor].pid, label: "echo" }),
+          ...plan.sessionPlan(workload, { pid: servers[floor].pid, label: floor }),
           cyclesPerSecond: coordinatorRun.offeredPerSecond,
           inFlightMax: plan.inFlightMax
         }
@@ -95,7 +100,7 @@ export const measureFloors = async (plan: FloorsPlan): Promise<ReadonlyArray<Flo
       }
     }
   } finally {
-    for (const target of targets.values()) await target.close()
+    await Promise.allSettled([...targets.values()].map((target) => target.close()))
     await durable.stop()
   }
   return runs

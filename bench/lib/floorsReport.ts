@@ -2,15 +2,25 @@
  * The floors' part of the report (bench/floors.ts): a table beside the coordinator's half-peak runs,
  * and, per coordinator run, whether even the floors met the p99 goal at its rate.
  */
+import { storeWritersMax } from "../../src/domain/limits.js"
 import { formatCpu } from "./cpu.js"
 import { formatMs, formatRate } from "./format.js"
 import type { OpenLoopResult } from "./openLoop.js"
 import type { FloorRun, HalfPeakRun } from "./report.js"
 
-const latencyCell = (run: OpenLoopResult | undefined): string =>
-  run === undefined
-    ? "not measured"
-    : `${formatMs(run.latency.p50Ms)} / ${formatMs(run.latency.p99Ms)} (${formatMs(run.startLag.p99Ms)})${run.errors > 0 ? `, ${run.errors} errors` : ""}`
+const latencyCell = (run: OpenLoopResult | undefined): string => {
+  if (run === undefined) return "not measured"
+  const trouble = [
+    ...(run.errors > 0 ? [`${run.errors} errors`] : []),
+    ...(run.dropped > 0 ? [`${run.dropped} of ${run.offered} dropped`] : []),
+    ...(run.drainedCleanly ? [] : ["did not drain"])
+  ]
+  return `${formatMs(run.latency.p50Ms)} / ${formatMs(run.latency.p99Ms)} (${formatMs(run.startLag.p99Ms)})${trouble.length > 0 ? `, ${trouble.join(", ")}` : ""}`
+}
+
+/** A floor run whose p99 can stand as a reference: it kept up with every arrival and answered all. */
+export const floorHeld = (run: OpenLoopResult | undefined): boolean =>
+  run !== undefined && run.errors === 0 && run.dropped === 0 && run.drainedCleanly
 
 /** The floor runs that repeat `coordinatorRun` (same target, workload and offered rate). */
 export const floorsOf = (
@@ -38,7 +48,7 @@ export const renderFloorsTable = (
   const lines: Array<string> = [
     "### Floors at the same offered rates",
     "",
-    "Each coordinator run above repeated at the same offered rate, workload and way of sending (one command per message, or coalesced per microtask as the SDK does), against two far sides that do less than any coordinator can (bench/floors.ts): the *NATS echo* answers each request with its own bytes; the *durable echo* answers only after one hold-shaped row per command is committed (fsync'd) in Postgres, with group commit as the coordinator does (up to 4 commits in flight). The coordinator writes up to three rows per command, in up to three tables. Cells are p50 / p99 (start lag p99), in ms: the p99 a NATS service that answers once its answer is durable can have at that rate, with this bench, on this machine.",
+    `Each coordinator run above repeated at the same offered rate and workload, sending the same way (one command per message, or commands coalesced per microtask by the bench's coalescer; unlike the SDK it does not wait for a partition's message in flight), against two far sides that decide nothing (bench/floors.ts): the *NATS echo* answers each request with its own bytes; the *durable echo* answers only after one hold-shaped row per command is committed (fsync'd) in Postgres, with group commit as the coordinator does (up to ${storeWritersMax} commits in flight). Cells are p50 / p99 (start lag p99), in ms: what NATS, Postgres's commits and this bench cost at that rate on this machine. They are references, not strict bounds: an echo answers every step \`ok\`, so in the hot and mix workloads its cycles carry every command (and the durable echo writes a row for each), where the coordinator's end early on a refusal; the coordinator writes up to three rows per command, in up to three tables, and none for a refusal.`,
     "",
     "| coordinator target | workload | offered cycles/s | coordinator | NATS echo | durable echo | durable echo: CPU % while measured |",
     `|${" --- |".repeat(7)}`

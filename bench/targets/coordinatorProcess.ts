@@ -6,7 +6,7 @@
 import type { ChildProcess } from "node:child_process"
 import { spawn } from "node:child_process"
 import { randomBytes } from "node:crypto"
-import { existsSync } from "node:fs"
+import { createWriteStream, existsSync } from "node:fs"
 import { mkdtemp, rm, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -80,8 +80,12 @@ export const startCoordinator = async (root: string): Promise<CoordinatorProcess
       stdio: ["ignore", "pipe", "pipe"]
     }
   )
+  // BENCH_COORDINATOR_OUTPUT=<file> copies all it writes there (e.g. with --trace-gc in the flags above).
+  const copyPath = process.env["BENCH_COORDINATOR_OUTPUT"]
+  const copy = copyPath === undefined || copyPath === "" ? undefined : createWriteStream(copyPath)
   const keep = (chunk: Buffer) => {
     output = (output + chunk.toString()).slice(-4000)
+    copy?.write(chunk)
   }
   child.stdout?.on("data", keep)
   child.stderr?.on("data", keep)
@@ -99,6 +103,7 @@ export const startCoordinator = async (root: string): Promise<CoordinatorProcess
       await Promise.race([exitedPromise, sleep(30_000)])
       if (!exited) child.kill("SIGKILL")
     }
+    copy?.end()
     await rm(directory, { recursive: true, force: true })
     await dropDatabase().catch(() => undefined)
   }

@@ -39,6 +39,7 @@ export const startEchoProcess = async (
     stop: async () => {
       child.kill("SIGTERM")
       await Promise.race([exited, sleep(5_000)])
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL")
     }
   }
 }

@@ -139,7 +139,8 @@ export const makeCoordinator = (
 
     /** Takes an actor out of the resident set and forgets its deadline. */
     const forgetResident = (actor: UserActor): void => {
-      actors.delete(actor.user)
+      // Only this actor's entry: the user may have a newer actor by now (a reply that enqueued again).
+      if (actors.get(actor.user) === actor) actors.delete(actor.user)
       recency.remove(actor)
       forgetDeadline(actor)
     }
@@ -170,8 +171,8 @@ export const makeCoordinator = (
         recency.touch(resident)
         return resident
       }
-      // A closed actor still mapped is replaced; it must not stay in the recency order either.
-      if (resident !== undefined) recency.remove(resident)
+      // A closed actor still mapped is forgotten before it is replaced, so it holds no resident slot.
+      if (resident !== undefined) forgetResident(resident)
       if (actors.size >= maxResident && !evictOne()) return undefined
       const actor = makeUserActor(user, clock.currentTimeMillisUnsafe())
       actors.set(user, actor)
