@@ -77,8 +77,12 @@ export const makeGroupCommit = <A, E>(
     const runFork = Effect.runForkWith(yield* Effect.context<never>())
     const writersMax = options.writersMax ?? 1
     const pending: Array<Submission<A, E>> = []
-    /** Commits in flight; not interrupted at shutdown (see above), only awaited. */
-    const committing = new Set<Fiber.Fiber<void>>()
+    /**
+     * Commits in flight; not interrupted at shutdown (see above), only awaited. An array, not a Set: a
+     * Set's table is reallocated as entries come and go, and a replaced table left in the old
+     * generation keeps what it pointed at alive through young collections (see requestHandler.ts).
+     */
+    const committing: Array<Fiber.Fiber<void>> = []
     let startScheduled = false
     let open = true
     const counters = { commits: 0, failedCommits: 0, submissions: 0, items: 0, largestCommitItems: 0 }
@@ -101,11 +105,12 @@ export const makeGroupCommit = <A, E>(
     /** Starts groups while writers are free; each finished commit looks again. */
     const startGroups = (): void => {
       startScheduled = false
-      while (open && pending.length > 0 && committing.size < writersMax) {
+      while (open && pending.length > 0 && committing.length < writersMax) {
         const fiber = runFork(commitGroup(takeGroup(pending, options.itemsPerCommitMax)))
-        committing.add(fiber)
+        committing.push(fiber)
         fiber.addObserver(() => {
-          committing.delete(fiber)
+          const index = committing.indexOf(fiber)
+          if (index >= 0) committing.splice(index, 1)
           startGroups()
         })
       }
@@ -120,7 +125,7 @@ export const makeGroupCommit = <A, E>(
             counters.items += items.length
             const submission: Submission<A, E> = { items, done: resume }
             pending.push(submission)
-            if (!startScheduled && committing.size < writersMax) {
+            if (!startScheduled && committing.length < writersMax) {
               startScheduled = true
               queueMicrotask(startGroups)
             }
