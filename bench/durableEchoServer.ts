@@ -1,9 +1,9 @@
 /**
  * The durable echo, a reference point for the latency floors (floors.ts), run as its own process like
  * the coordinator: answers every request on `{prefix}.v1.*.ops` with its own bytes, but only after one
- * hold-shaped row per command is committed (fsync'd) in Postgres. Requests that arrive in one
- * synchronous run share a commit, with at most storeWritersMax commits in flight, as the coordinator's
- * group commit does. It decides nothing and keeps no state; unlike the coordinator it writes a row for
+ * hold-shaped row per command is committed (fsync'd) in Postgres, through the coordinator's own group
+ * commit (src/store/GroupCommit.ts, with its limits): requests that arrive in one synchronous run share
+ * a commit, with at most storeWritersMax commits in flight. It decides nothing and keeps no state; unlike the coordinator it writes a row for
  * every command (the coordinator writes none for a refusal, up to three for a commit) and does not
  * hold a user's second write until the first is durable.
  *
@@ -11,7 +11,9 @@
  */
 import { connect } from "@nats-io/transport-node"
 import type { Msg } from "@nats-io/transport-node"
+import { Cause, Effect, Exit, Scope } from "effect"
 import { storeEventsPerCommitMax, storeWritersMax } from "../src/domain/limits.js"
+import { makeGroupCommit } from "../src/store/GroupCommit.js"
 import { holdInsertText, holdKeys, holdTableDdl } from "./lib/holdRows.js"
 import { makePool } from "./targets/pgCommon.js"
 
@@ -25,14 +27,25 @@ const pool = makePool(connectionString, storeWritersMax)
 await pool.query(holdTableDdl(schema))
 const insert = { name: "durable_echo_insert", text: holdInsertText(schema) }
 
-interface Waiting {
-  readonly msg: Msg
-  readonly rows: number
-}
-const pending: Array<Waiting> = []
-let writers = 0
-let groupScheduled = false
 let sequence = 0
+const scope = Effect.runSync(Scope.make())
+const groupCommit = await Effect.runPromise(
+  makeGroupCommit<null, unknown>({
+    // One row per item; the group's rows go in one autocommitted insert.
+    commit: (items) =>
+      Effect.tryPromise({
+        try: async () => {
+          const keys = holdKeys(items.length, sequence)
+          sequence = keys.sequence
+          await pool.query({ ...insert, values: [keys.users, keys.ids, Date.now()] })
+        },
+        catch: (error) => error
+      }),
+    itemsPerCommitMax: storeEventsPerCommitMax,
+    closed: () => new Error("durable echo stopped"),
+    writersMax: storeWritersMax
+  }).pipe(Scope.provide(scope))
+)
 
 /** Commands in a message: a batch is a JSON array (PROTOCOL.md); anything else is one command. */
 const commandsIn = (msg: Msg): number => {
@@ -44,50 +57,22 @@ const commandsIn = (msg: Msg): number => {
   }
 }
 
-const startGroups = () => {
-  groupScheduled = false
-  while (writers < storeWritersMax && pending.length > 0) {
-    let rows = 0
-    let count = 0
-    while (
-      count < pending.length &&
-      (count === 0 || rows + pending[count]!.rows <= storeEventsPerCommitMax)
-    ) {
-      rows += pending[count]!.rows
-      count += 1
+const answerWhenDurable = (msg: Msg): void => {
+  const rows = new Array<null>(commandsIn(msg)).fill(null)
+  Effect.runCallback(groupCommit.submit(rows), {
+    onExit: (exit) => {
+      // No reply after a failed commit: the client's request times out and counts as an error.
+      if (Exit.isFailure(exit)) {
+        process.stderr.write(`durable echo: commit failed: ${String(Cause.squash(exit.cause))}\n`)
+        return
+      }
+      try {
+        msg.respond(msg.data)
+      } catch (error) {
+        process.stderr.write(`durable echo: reply failed: ${String(error)}\n`)
+      }
     }
-    const group = pending.splice(0, count)
-    writers += 1
-    void commitGroup(group, rows).finally(() => {
-      writers -= 1
-      scheduleGroup()
-    })
-  }
-}
-
-const scheduleGroup = () => {
-  if (groupScheduled || pending.length === 0) return
-  groupScheduled = true
-  queueMicrotask(startGroups)
-}
-
-const commitGroup = async (group: ReadonlyArray<Waiting>, rows: number): Promise<void> => {
-  const keys = holdKeys(rows, sequence)
-  sequence = keys.sequence
-  try {
-    await pool.query({ ...insert, values: [keys.users, keys.ids, Date.now()] })
-  } catch (error) {
-    // No reply: the client's request times out and counts as an error, as a lost write must.
-    process.stderr.write(`durable echo: commit failed: ${String(error)}\n`)
-    return
-  }
-  for (const waiting of group) {
-    try {
-      waiting.msg.respond(waiting.msg.data)
-    } catch (error) {
-      process.stderr.write(`durable echo: reply failed: ${String(error)}\n`)
-    }
-  }
+  })
 }
 
 const nc = await connect({
@@ -95,16 +80,14 @@ const nc = await connect({
   name: "bench-durable-echo"
 })
 nc.subscribe(`${prefix}.v1.*.ops`, {
-  callback: (_error, msg) => {
-    pending.push({ msg, rows: commandsIn(msg) })
-    scheduleGroup()
-  }
+  callback: (_error, msg) => answerWhenDurable(msg)
 })
 await nc.flush()
 process.stdout.write("ready\n")
 const stop = () => {
   void nc
     .drain()
+    .then(() => Effect.runPromise(Scope.close(scope, Exit.void)))
     .then(() => pool.query(`drop schema ${schema} cascade`))
     .finally(() => process.exit(0))
 }

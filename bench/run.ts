@@ -228,11 +228,10 @@ const main = async () => {
   ].filter((workload) => wantedWorkloads.has(workload.key))
   const ceilings = !options["no-ceilings"]
   const halfPeakTargets = halfPeak ? targets.filter((target) => halfPeakTargetKeys.includes(target.key)) : []
-  const halfPeakSteps =
-    workloads.filter((workload) => halfPeakWorkloads.has(workload.key)).length * halfPeakTargets.length
+  const halfPeakWorkloadCount = workloads.filter((workload) => halfPeakWorkloads.has(workload.key)).length
+  const halfPeakSteps = halfPeakWorkloadCount * halfPeakTargets.length
   const coordinatorHalfPeakSteps =
-    workloads.filter((workload) => halfPeakWorkloads.has(workload.key)).length *
-    halfPeakTargets.filter((target) => coordinatorKeys.includes(target.key)).length
+    halfPeakWorkloadCount * halfPeakTargets.filter((target) => coordinatorKeys.includes(target.key)).length
   const totalSteps =
     workloads.length * levels.length * targets.length +
     halfPeakSteps +
@@ -332,7 +331,7 @@ const main = async () => {
     }
     // A floor that fails is reported, not fatal: the runs before it are the run's results.
     try {
-      const measured = await measureFloors({
+      floors = await measureFloors({
         root,
         echo: { prefix: echoPrefix, pid: echoServer.pid },
         databaseUrl: baselineUrl,
@@ -347,7 +346,6 @@ const main = async () => {
         progress,
         onStarted: (stop) => cleanups.push(stop)
       })
-      floors = measured
     } catch (error) {
       remarks.push(`Latency floors not measured: ${String(error).slice(0, 300)}`)
     }
