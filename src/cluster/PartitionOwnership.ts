@@ -146,7 +146,12 @@ export const ownershipRound = (options: OwnershipOptions) =>
 
     // Leaving: a claim now would hold a lease that nobody renews or serves.
     if (state.leaving) return
-    const wanted = [...share].filter((partition) => !state.epochs.has(partition))
+    // A partition a write found superseded during this round is not claimed until a round has stepped
+    // down from it: a fresh epoch over its actors still resident would let their stale memory decide,
+    // and write, under the new epoch. The fence woke the loop, so that round comes next.
+    const wanted = [...share].filter(
+      (partition) => !state.epochs.has(partition) && !state.superseded.has(partition)
+    )
     const claimSentAt = performance.now()
     const claimed = yield* queries.claim(state.owner, wanted, leaseMs)
     if (claimed.size > 0 && state.leaving) {
