@@ -13,6 +13,7 @@ import type { LatencySummary } from "./latency.js"
 import { makeLatencyRecorder } from "./latency.js"
 import { makeRng } from "./rng.js"
 import { makeTally } from "./tally.js"
+import { makeTimelineRecorder } from "./timeline.js"
 import type { CycleContext, RunStep, StepName, Workload } from "./workloads.js"
 import { hotGrantsPerUser } from "./workloads.js"
 
@@ -102,6 +103,7 @@ const noSteps = (): Record<StepName, number> => ({
 
 export const startRunSession = (target: Target, plan: SessionPlan): RunSession => {
   const latency = makeLatencyRecorder()
+  const timeline = makeTimelineRecorder()
   const tally = makeTally()
   const counts = { cycles: 0, requests: 0, granted: 0, refused: 0, errors: 0 }
   const applied = noSteps()
@@ -124,7 +126,9 @@ export const startRunSession = (target: Target, plan: SessionPlan): RunSession =
       outcome = "error"
     }
     if (outcome === "none" || !measuring) return outcome
-    latency.recordMs(performance.now() - startedMs)
+    const latencyMs = performance.now() - startedMs
+    latency.recordMs(latencyMs)
+    timeline.recordMs(latencyMs)
     counts.requests += 1
     if (outcome === "error") counts.errors += 1
     else if (outcome === "refused") counts.refused += 1
@@ -182,6 +186,14 @@ export const startRunSession = (target: Target, plan: SessionPlan): RunSession =
     result: ({ concurrency, measuredMs, cpu, drainedCleanly }) => {
       const after = target.counters()
       const messages = after.messages - before.messages
+      timeline.write({
+        target: target.key,
+        workload: plan.workload.key,
+        concurrency,
+        runTag: plan.runTag,
+        // An open loop's plan (openLoop.ts) carries its rate.
+        offeredPerSecond: "cyclesPerSecond" in plan ? plan.cyclesPerSecond : undefined
+      })
       return {
         target: target.key,
         workload: plan.workload.key,

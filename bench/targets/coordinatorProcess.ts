@@ -83,6 +83,8 @@ export const startCoordinator = async (root: string): Promise<CoordinatorProcess
   // BENCH_COORDINATOR_OUTPUT=<file> copies all it writes there (e.g. with --trace-gc in the flags above).
   const copyPath = process.env["BENCH_COORDINATOR_OUTPUT"]
   const copy = copyPath === undefined || copyPath === "" ? undefined : createWriteStream(copyPath)
+  // V8's GC trace counts ms from the isolate's start; this lines it up with wall clock (within ~50 ms).
+  copy?.write(`# coordinator spawned at ${Date.now()} (wall clock, ms)\n`)
   const keep = (chunk: Buffer) => {
     output = (output + chunk.toString()).slice(-4000)
     copy?.write(chunk)
