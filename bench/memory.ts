@@ -12,7 +12,8 @@
  *    every user empty and discards writes.
  *
  * Heap and RSS are read after `global.gc()` (the script re-runs itself with --expose-gc when needed).
- * Usage: npx tsx bench/memory.ts [--users 1000000] [--idle-users 100000]. Writes bench/results/<date>-memory.md.
+ * Usage: npx tsx bench/memory.ts [--users 1000000] [--idle-users 100000] [--out DIR]. Writes
+ * <DIR, default bench/results>/<date>-memory.md.
  */
 import { spawnSync } from "node:child_process"
 import { mkdir, writeFile } from "node:fs/promises"
@@ -50,7 +51,8 @@ if (gc === undefined) {
 const { values: options } = parseArgs({
   options: {
     users: { type: "string", default: "1000000" },
-    "idle-users": { type: "string", default: "100000" }
+    "idle-users": { type: "string", default: "100000" },
+    out: { type: "string" }
   }
 })
 const manyUsers = Number(options.users)
@@ -258,7 +260,7 @@ const main = async () => {
     ""
   ]
   const markdown = lines.join("\n")
-  const directory = join(root, "bench", "results")
+  const directory = options.out ?? join(root, "bench", "results")
   await mkdir(directory, { recursive: true })
   const file = join(directory, `${startedAt.toISOString().slice(0, 10)}-memory.md`)
   await writeFile(file, markdown)
