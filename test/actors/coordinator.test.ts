@@ -2,8 +2,10 @@ import { Effect, Fiber } from "effect"
 import { TestClock } from "effect/testing"
 import { describe, expect, it } from "vitest"
 import { Coordinator } from "../../src/actors/Coordinator.js"
+import type { Command } from "../../src/domain/commands.js"
+import { defaultConfig } from "../../src/domain/config.js"
 import { makeMemoryStore } from "../../src/store/MemoryStore.js"
-import { runOnCoordinator } from "../support/harness.js"
+import { runOnCoordinator, startCoordinator } from "../support/harness.js"
 
 const run = <A>(body: Effect.Effect<A, never, Coordinator>, store = makeMemoryStore()) =>
   runOnCoordinator(store, body)
@@ -100,5 +102,57 @@ describe("Coordinator", () => {
     expect(results.crashed).toEqual({ status: "unavailable" })
     // The write had landed: the retry of the same id finds the hold the store kept.
     expect(results.retried).toMatchObject({ status: "exists", id: "a", amount: 10 })
+  })
+})
+
+describe("Coordinator: which actors stay resident", () => {
+  /** A memory store that records every load, so a test sees which users had to be loaded again. */
+  const countingStore = () => {
+    const loads: Array<string> = []
+    const store = makeMemoryStore({
+      beforeLoad: async (user) => {
+        loads.push(user)
+      }
+    })
+    return { store, loads }
+  }
+  const usage = (user: string): Command => ({ op: "get_usage", user })
+
+  it("evicts the least recently used actor when the resident cap is reached, not the first one made", async () => {
+    const { store, loads } = countingStore()
+    const harness = await startCoordinator({ config: defaultConfig, store, residentActorsMax: 2 })
+    try {
+      for (const user of ["a", "b", "a", "c"]) await harness.send(usage(user))
+      expect(harness.coordinator.residentActors()).toBe(2)
+      expect(loads).toEqual(["a", "b", "c"])
+      // `a` was used after `b`, so `b` made room for `c`: `a` answers from memory, `b` is loaded again.
+      await harness.send(usage("a"))
+      expect(loads).toEqual(["a", "b", "c"])
+      await harness.send(usage("b"))
+      expect(loads).toEqual(["a", "b", "c", "b"])
+    } finally {
+      await harness.close()
+    }
+  })
+
+  it("evicts an idle actor behind an older one whose timer tick was decided more recently", async () => {
+    const { store, loads } = countingStore()
+    const idleMs = 4_000
+    const harness = await startCoordinator({ config: defaultConfig, store, actorIdleMs: idleMs })
+    try {
+      // `a` is used first and `b` after it; `a`'s hold expires at 1 s, a tick that `a` decides then.
+      await harness.send({ op: "reserve", user: "a", meter: "tokens", amount: 10, id: "h", ttlMs: 1_000 })
+      await harness.send(usage("b"))
+      await harness.advance(1_000)
+      await harness.send(usage("c"))
+      // At 4.5 s `b` has been idle past idleMs; `a` (ticked at 1 s) and `c` (used at 1 s) have not.
+      await harness.advance(3_500)
+      expect(harness.coordinator.residentActors()).toBe(2)
+      await harness.send(usage("a"))
+      await harness.send(usage("b"))
+      expect(loads).toEqual(["a", "b", "c", "b"])
+    } finally {
+      await harness.close()
+    }
   })
 })
