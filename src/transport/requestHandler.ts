@@ -61,6 +61,8 @@ export interface RequestHandler {
   readonly request: (target: RequestTarget, data: Uint8Array) => Promise<Handled>
   /** Requests submitted and not yet answered, per partition. */
   readonly inFlight: InFlight
+  /** Requests kept for `interruptAll`: those not yet answered (a finished one must not stay linked). */
+  readonly pendingRequests: () => number
   /** Answers every request still being decided now, its undecided commands `unavailable`. */
   readonly interruptAll: Effect.Effect<void>
 }
@@ -180,5 +182,5 @@ export const makeRequestHandler = (
       for (const entry of entries) entry.answerRest("interrupted")
     })
 
-    return { handle, request, inFlight, interruptAll }
+    return { handle, request, inFlight, pendingRequests: () => pending.size, interruptAll }
   })

@@ -60,11 +60,13 @@ describe("request handler: interruptAll", () => {
       "frank"
     ])
     expect(handler.inFlight.total()).toBe(4)
+    expect(handler.pendingRequests()).toBe(4)
 
     // One request finishes before the interruption; one command of the batch is decided too.
     held[4]!.reply({ status: "ok" } as never)
     held[2]!.reply({ status: "ok" } as never)
     expect(answers.map(({ request }) => request)).toEqual(["answered"])
+    expect(handler.pendingRequests()).toBe(3)
 
     await Effect.runPromise(handler.interruptAll)
     expect(answers.map(({ request }) => request)).toEqual(["answered", "first", "batch", "last"])
@@ -80,6 +82,7 @@ describe("request handler: interruptAll", () => {
     ])
     expect(bodyOf("last")).toEqual({ status: "unavailable", ref: "f" })
     expect(handler.inFlight.total()).toBe(0)
+    expect(handler.pendingRequests()).toBe(0)
 
     // Results arriving after the interruption, and a second interruption, answer nobody again.
     for (const { reply } of held) reply({ status: "ok" } as never)
