@@ -65,14 +65,17 @@ export const makeOwnershipState = (owner: string = makeOwnerId()): OwnershipStat
     fence: {
       owner,
       epochOf: (partition) => epochs.get(partition),
-      superseded: (partitions) => {
+      superseded: (lost) => {
         // Stop writing and answering them at once, and step down now rather than next round.
-        for (const partition of partitions) {
+        let stepped = false
+        for (const { partition, epoch } of lost) {
+          if (epochs.get(partition) !== epoch) continue
           epochs.delete(partition)
           servableUntil.delete(partition)
           superseded.add(partition)
+          stepped = true
         }
-        state.wake()
+        if (stepped) state.wake()
       }
     }
   }

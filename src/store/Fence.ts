@@ -4,13 +4,23 @@
  * was superseded (paused past its lease, partitioned away) fails its writes instead of granting.
  */
 
+/** A partition and the epoch a write was fenced with. */
+export interface FencedEpoch {
+  readonly partition: number
+  readonly epoch: number
+}
+
 export interface Fence {
   /** This process's owner id in partition_owners. */
   readonly owner: string
   /** The epoch under which this process owns `partition`, or undefined when it does not own it. */
   readonly epochOf: (partition: number) => number | undefined
-  /** Told when a write found partitions owned by someone else: the process steps down from them. */
-  readonly superseded: (partitions: ReadonlyArray<number>) => void
+  /**
+   * Told when a write found partitions owned by someone else, with the epochs that write was fenced
+   * with: the process steps down from each it still holds under that epoch. One it has since stepped
+   * down from and claimed again under a newer epoch is kept: the stale write says nothing of the new one.
+   */
+  readonly superseded: (lost: ReadonlyArray<FencedEpoch>) => void
 }
 
 /** A write touched partitions this process does not (or no longer) own. */

@@ -8,7 +8,7 @@ import pg from "pg"
 import { afterAll, describe, expect, it } from "vitest"
 import type { StoreEvent } from "../../src/domain/events.js"
 import { partitionOf } from "../../src/domain/partition.js"
-import type { Fence } from "../../src/store/Fence.js"
+import type { Fence, FencedEpoch } from "../../src/store/Fence.js"
 import { migrate } from "../../src/store/postgres/migrate.js"
 import { makeOwnershipQueries } from "../../src/store/postgres/ownership.js"
 import { makePostgresStore } from "../../src/store/postgres/PostgresStore.js"
@@ -48,7 +48,7 @@ describe.each([false, true])("fenced writes (pipelined: %s)", (pipelined) => {
       [partition]
     )
     const epochs = new Map([[partition, 1]])
-    const lost: Array<number> = []
+    const lost: Array<FencedEpoch> = []
     const fence: Fence = {
       owner: "me",
       epochOf: (candidate) => epochs.get(candidate),
@@ -66,7 +66,8 @@ describe.each([false, true])("fenced writes (pipelined: %s)", (pipelined) => {
     )
     const refused = await Effect.runPromise(Effect.result(opened.value.write([holdEvent(user, "second")])))
     expect(Result.isFailure(refused) && refused.failure._tag === "StoreUnavailable").toBe(true)
-    expect(lost).toEqual([partition])
+    // Told with the epoch the refused write was fenced with.
+    expect(lost).toEqual([{ partition, epoch: 1 }])
     // A partition this process never held is refused before any SQL.
     epochs.clear()
     const unowned = await Effect.runPromise(Effect.result(opened.value.write([holdEvent(user, "third")])))

@@ -27,6 +27,7 @@ describe("a write superseded while a round is in flight", () => {
     const state = makeOwnershipState("superseded-owner")
     const events: Array<string> = []
     let supersedeDuringRenew = false
+    let firstEpoch = 0
     const options: OwnershipOptions = {
       state,
       queries: {
@@ -37,7 +38,7 @@ describe("a write superseded while a round is in flight", () => {
             Effect.sync(() => {
               if (!supersedeDuringRenew) return
               supersedeDuringRenew = false
-              state.fence.superseded([supersededPartition])
+              state.fence.superseded([{ partition: supersededPartition, epoch: firstEpoch }])
             }),
             real.renew(owner, epochs, ms)
           )
@@ -52,7 +53,7 @@ describe("a write superseded while a round is in flight", () => {
 
     await Effect.runPromise(ownershipRound(options))
     expect([...state.epochs.keys()].sort()).toEqual([0, 1, 2, 3])
-    const firstEpoch = state.epochs.get(supersededPartition)!
+    firstEpoch = state.epochs.get(supersededPartition)!
 
     // Another member took the partition (bumping its epoch) and has since released it.
     await pool.query(
@@ -69,5 +70,18 @@ describe("a write superseded while a round is in flight", () => {
     expect(events).toEqual([`stop ${supersededPartition}`, `serve ${supersededPartition}`])
     expect(state.epochs.get(supersededPartition)).toBe(firstEpoch + 2)
     expect(state.servable(supersededPartition)).toBe(true)
+
+    // A write fenced with the first epoch fails late, after the fresh claim: it says nothing of the
+    // new epoch, so the process keeps serving the partition (no needless step-down and claim).
+    events.length = 0
+    state.fence.superseded([{ partition: supersededPartition, epoch: firstEpoch }])
+    await Effect.runPromise(ownershipRound(options))
+    expect(events).toEqual([])
+    expect(state.epochs.get(supersededPartition)).toBe(firstEpoch + 2)
+    // A write fenced with the current epoch that fails does step it down.
+    state.fence.superseded([{ partition: supersededPartition, epoch: firstEpoch + 2 }])
+    expect(state.servable(supersededPartition)).toBe(false)
+    await Effect.runPromise(ownershipRound(options))
+    expect(events[0]).toBe(`stop ${supersededPartition}`)
   })
 })

@@ -314,8 +314,12 @@ export const writeGroup = async (
     const commit = settled[settled.length - 1]
     if (failure !== undefined) {
       const lost = lostPartitionsOf(failure.reason)
-      if (fence !== undefined && lost !== undefined) {
-        fence.superseded(lost)
+      if (fence !== undefined && fenced !== undefined && lost !== undefined) {
+        fence.superseded(
+          fenced.partitions
+            .map((partition, index) => ({ partition, epoch: fenced.epochs[index]! }))
+            .filter(({ partition }) => lost.includes(partition))
+        )
         throw new PartitionsFenced(lost)
       }
       throw failure.reason
