@@ -238,7 +238,7 @@ const main = async () => {
     `Machine: ${machine.cpuModel}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}, ${machine.platform}. Load average at start: ${os
       .loadavg()
       .map((load) => load.toFixed(2))
-      .join(", ")}.`,
+      .join(", ")}. Code: ${machine.code}.`,
     "In process: the coordinator's layers only (no NATS, no Postgres); heap and RSS read after `global.gc()`.",
     "",
     "## Resident memory per idle actor",

@@ -279,7 +279,7 @@ const main = async () => {
     const markdown = [
       `# quota-coordinator CPU profile, ${startedAt.toISOString().slice(0, 16).replace("T", " ")} UTC`,
       "",
-      `Machine: ${machine.cpuModel}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}, ${machine.platform}.`,
+      `Machine: ${machine.cpuModel}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}, ${machine.platform}. Code: ${machine.code}.`,
       "",
       `Command: \`npm run bench:profile${commandArguments === "" ? "" : ` -- ${commandArguments}`}\`: the bench (\`bench/run.ts ${benchArguments("<temporary>").join(" ")}\`) with the coordinator started under \`node --cpu-prof\` (\`BENCH_COORDINATOR_NODE_FLAGS\`).`,
       "",

@@ -140,7 +140,7 @@ export const renderMarkdown = (report: Report, chartFile: string): string => {
   lines.push(`# quota-coordinator benchmark (${report.mode}), ${timestamp(report.startedAt)}`)
   lines.push("")
   lines.push(
-    `Machine: ${report.machine.cpuModel}, ${report.machine.cores} cores, ${report.machine.memoryGiB} GiB, Node ${report.machine.node}, ${report.machine.platform}.`
+    `Machine: ${report.machine.cpuModel}, ${report.machine.cores} cores, ${report.machine.memoryGiB} GiB, Node ${report.machine.node}, ${report.machine.platform}. Code: ${report.machine.code}.`
   )
   lines.push(`Services on the same machine, over loopback: ${report.services.join("; ")}.`)
   lines.push(
