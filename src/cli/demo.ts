@@ -20,6 +20,7 @@ import { join } from "node:path"
 import { Context, Effect, Exit, Layer, Scope } from "effect"
 import { parseDurationMs } from "../config/settings.js"
 import type { Config } from "../domain/config.js"
+import { planLimit, planNamed } from "../domain/config.js"
 import { partitionOf } from "../domain/partition.js"
 import { embeddedPostgres } from "../store/embedded.js"
 import type { Logger } from "../transport/log.js"
@@ -235,7 +236,8 @@ export const demo = async (env: NodeJS.ProcessEnv, args: ReadonlyArray<string>):
       )
     }
 
-    const limit = running.config.plans[running.config.defaultPlan]?.limits["tokens"] ?? 0
+    const plan = planNamed(running.config, running.config.defaultPlan)
+    const limit = plan === undefined ? 0 : planLimit(plan, "tokens")
     const users = loadDefaults.messagesInFlight * loadDefaults.usersPerWorker
     out()
     out(

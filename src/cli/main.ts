@@ -69,7 +69,7 @@ const main = async (argv: ReadonlyArray<string>): Promise<number> => {
     return command === undefined ? 1 : 0
   }
   if (rest.includes("--help") || rest.includes("-h")) {
-    const text = help[command]
+    const text = Object.hasOwn(help, command) ? help[command] : undefined
     if (text === undefined) {
       process.stderr.write(`unknown command: ${command}\n\n${help["main"]}\n`)
       return 2

@@ -80,15 +80,16 @@ const parsePlan = (name: string, value: unknown, meterNames: ReadonlySet<string>
   onlyKeys(fields, path, ["slots", "limits"])
   if (fields["slots"] === undefined) refuse(`${path}.slots`, "required")
   const slots = integerAt(fields["slots"], `${path}.slots`, amountMax)
-  const limits: Record<string, number> = {}
+  const limits: Array<[string, number]> = []
   if (fields["limits"] !== undefined) {
     for (const [meter, limit] of Object.entries(recordAt(fields["limits"], `${path}.limits`))) {
       const limitPath = `${path}.limits.${meter}`
       if (!meterNames.has(meter)) refuse(limitPath, "not a meter of this configuration")
-      limits[meter] = integerAt(limit, limitPath, amountMax)
+      limits.push([meter, integerAt(limit, limitPath, amountMax)])
     }
   }
-  return { slots, limits }
+  // fromEntries defines own properties: a name such as `__proto__` stays a key, never a prototype.
+  return { slots, limits: Object.fromEntries(limits) }
 }
 
 /** Validates parsed JSON; pure, so it is table-tested without files. */
@@ -104,11 +105,12 @@ export const parseConfigFile = (
     if (root["plans"] === undefined) refuse("plans", "required")
     const planEntries = Object.entries(recordAt(root["plans"], "plans"))
     if (planEntries.length === 0) refuse("plans", "must name at least one plan")
-    const plans: Record<string, PlanConfig> = {}
-    for (const [name, plan] of planEntries) plans[name] = parsePlan(name, plan, meterNames)
+    const plans: Record<string, PlanConfig> = Object.fromEntries(
+      planEntries.map(([name, plan]) => [name, parsePlan(name, plan, meterNames)])
+    )
     const defaultPlan = root["defaultPlan"] ?? "free"
     if (typeof defaultPlan !== "string") refuse("defaultPlan", "must be a string")
-    if (plans[defaultPlan as string] === undefined) {
+    if (!Object.hasOwn(plans, defaultPlan as string)) {
       refuse("defaultPlan", `plan ${JSON.stringify(defaultPlan)} is not in plans`)
     }
     return { ok: { meters, plans, defaultPlan: defaultPlan as string } }
@@ -120,11 +122,14 @@ export const parseConfigFile = (
 
 /** The file's plans with the environment's fairness: `FAIRNESS_*_LIMIT` replaces a plan's slots if it exists. */
 export const withFairness = (contents: ConfigFileContents, fairness: FairnessSettings): Config => {
-  const plans: Record<string, PlanConfig> = { ...contents.plans }
-  for (const [plan, slots] of Object.entries(fairness.slotOverrides) as Array<[SeedPlan, number]>) {
-    const configured = plans[plan]
-    if (configured !== undefined) plans[plan] = { ...configured, slots }
-  }
+  const plans = Object.fromEntries(
+    Object.entries(contents.plans).map(([name, plan]): [string, PlanConfig] => {
+      const slots = Object.hasOwn(fairness.slotOverrides, name)
+        ? fairness.slotOverrides[name as SeedPlan]
+        : undefined
+      return [name, slots === undefined ? plan : { ...plan, slots }]
+    })
+  )
   return {
     ...contents,
     plans,

@@ -65,5 +65,16 @@ export const defaultConfig: Config = {
   fairness: { enabled: true, snoozeBaseMs: 30_000, snoozeJitterMs: 10_000 }
 }
 
+/**
+ * The plan configured under `name`. Plans and limits are plain records keyed by names callers send
+ * (`set_plan`) or operators write, so only own properties count: `constructor` or `__proto__` is not a plan.
+ */
+export const planNamed = (config: Config, name: string): PlanConfig | undefined =>
+  Object.hasOwn(config.plans, name) ? config.plans[name] : undefined
+
+/** A plan's limit for `meter`; a meter the plan does not list has limit 0. */
+export const planLimit = (plan: PlanConfig, meter: string): number =>
+  Object.hasOwn(plan.limits, meter) ? (plan.limits[meter] ?? 0) : 0
+
 export const meterPeriod = (config: Config, meter: string): Period | undefined =>
   config.meters.find((candidate) => candidate.name === meter)?.period

@@ -12,7 +12,7 @@ import { unknownMeter } from "./results.js"
 import { acquireSlot, decideSystemJob, expireSlots, grantWaiters, releaseSlot, renewSlot } from "./slots.js"
 import type { UserState } from "./state.js"
 import { usageView } from "./state.js"
-import { meterPeriod } from "./config.js"
+import { meterPeriod, planNamed } from "./config.js"
 
 export interface Decision {
   readonly state: UserState
@@ -69,7 +69,7 @@ const decideCommand = (
     case "get_usage":
       return usageView(ctx.config, state, ctx.now)
     case "set_plan": {
-      if (ctx.config.plans[command.plan] === undefined) return { status: "unknown_plan" }
+      if (planNamed(ctx.config, command.plan) === undefined) return { status: "unknown_plan" }
       state.plan = command.plan
       output.events.push({ kind: "plan", user: state.user, plan: command.plan })
       // A plan with more slots serves the queue at once.

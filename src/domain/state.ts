@@ -4,7 +4,7 @@
  * drop it and load again from the store.
  */
 import type { Config, Period } from "./config.js"
-import { meterPeriod } from "./config.js"
+import { meterPeriod, planLimit, planNamed } from "./config.js"
 import type { HoldRecord, StoredUser } from "./events.js"
 import { periodStartAt } from "./period.js"
 import type { HoldView, MeterUsage, MeterView, UsageResult } from "./results.js"
@@ -130,13 +130,17 @@ export const holdReserved = (hold: { readonly amount: number; readonly consumed:
   Math.max(0, hold.amount - hold.consumed)
 
 export const planOf = (config: Config, state: UserState): string =>
-  state.plan !== null && config.plans[state.plan] !== undefined ? state.plan : config.defaultPlan
+  state.plan !== null && planNamed(config, state.plan) !== undefined ? state.plan : config.defaultPlan
 
-export const meterLimit = (config: Config, state: UserState, meter: string): number =>
-  state.limitOverrides?.get(meter) ?? config.plans[planOf(config, state)]?.limits[meter] ?? 0
+export const meterLimit = (config: Config, state: UserState, meter: string): number => {
+  const override = state.limitOverrides?.get(meter)
+  if (override !== undefined) return override
+  const plan = planNamed(config, planOf(config, state))
+  return plan === undefined ? 0 : planLimit(plan, meter)
+}
 
 export const slotLimit = (config: Config, state: UserState): number | null =>
-  config.fairness.enabled ? (config.plans[planOf(config, state)]?.slots ?? 0) : null
+  config.fairness.enabled ? (planNamed(config, planOf(config, state))?.slots ?? 0) : null
 
 /** The meter's state at `now`, with `used` reset to 0 if its period has rolled over since. */
 export const meterAt = (config: Config, state: UserState, meter: string, now: number): MeterState => {

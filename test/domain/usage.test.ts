@@ -104,6 +104,20 @@ const usageRows: Array<Row> = [
 const adminRows: Array<Row> = [
   { name: "set_plan ok", when: setPlan("pro"), then: { status: "ok" }, durable: true },
   { name: "set_plan unknown_plan", when: setPlan("gold"), then: { status: "unknown_plan" }, durable: false },
+  // Names of properties every JavaScript object has are not configured plans.
+  ...["constructor", "__proto__", "toString", "hasOwnProperty", "valueOf"].map((plan): Row => ({
+    name: `set_plan ${plan} is unknown_plan`,
+    when: setPlan(plan),
+    then: { status: "unknown_plan" },
+    durable: false
+  })),
+  {
+    name: "after a refused set_plan constructor the user still has its plan's limits",
+    given: [setPlan("constructor")],
+    when: reserve("h1", 11),
+    then: holdResult("reserved", meter("analysis", 5_000, 0, 11), hold("h1", 11, 0, "pending", T0 + 60_000)),
+    durable: true
+  },
   { name: "set_limit ok", when: setLimit("analysis", 10), then: { status: "ok" }, durable: true },
   {
     name: "set_limit unknown_meter",

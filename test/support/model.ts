@@ -386,7 +386,7 @@ const decideOne = (
     case "get_usage":
       return usageOf(config, state, user)
     case "set_plan": {
-      if (config.plans[command.plan] === undefined) return { status: "unknown_plan" }
+      if (!Object.hasOwn(config.plans, command.plan)) return { status: "unknown_plan" }
       user.plan = command.plan
       serveWaiters(config, state, user, wakes)
       return { status: "ok" }

@@ -4,9 +4,9 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Effect } from "effect"
 import { describe, expect, it } from "vitest"
-import { loadConfig, parseConfigFile } from "../../src/config/configFile.js"
+import { loadConfig, parseConfigFile, withFairness } from "../../src/config/configFile.js"
 import type { FairnessSettings } from "../../src/config/settings.js"
-import { defaultConfig } from "../../src/domain/config.js"
+import { defaultConfig, planLimit, planNamed } from "../../src/domain/config.js"
 
 const fairness: FairnessSettings = {
   enabled: true,
@@ -36,6 +36,25 @@ describe("parseConfigFile", () => {
         plans: valid.plans,
         defaultPlan: "free"
       }
+    })
+  })
+
+  it("keeps plans named like JavaScript object properties as plans, and only those", () => {
+    // Parsed from text, as a file is: JSON.parse makes `__proto__` an own key (a literal would not).
+    const parsed = parseConfigFile(
+      JSON.parse(
+        '{"meters":{"analysis":{"period":"month"}},"plans":{"__proto__":{"slots":2,"limits":{"analysis":7}},"constructor":{"slots":4}},"defaultPlan":"__proto__"}'
+      )
+    )
+    if (!("ok" in parsed)) throw new Error(JSON.stringify(parsed))
+    const config = withFairness(parsed.ok, fairness)
+    expect(Object.keys(config.plans).sort()).toEqual(["__proto__", "constructor"])
+    expect(planNamed(config, "__proto__")).toEqual({ slots: 2, limits: { analysis: 7 } })
+    expect(planNamed(config, "constructor")).toEqual({ slots: 4, limits: {} })
+    expect(planNamed(config, "toString")).toBeUndefined()
+    expect(planLimit(planNamed(config, "constructor")!, "analysis")).toBe(0)
+    expect(parseConfigFile({ ...valid, defaultPlan: "toString" })).toEqual({
+      refused: { path: "defaultPlan", reason: 'plan "toString" is not in plans' }
     })
   })
 
