@@ -51,6 +51,12 @@ export interface CoordinatorShape {
    * whatever it had queued answers `unavailable`, and the partition's next owner loads from the store.
    */
   readonly dropPartitions: (partitions: ReadonlyArray<number>) => Effect.Effect<void>
+  /**
+   * The transport stopped taking the partitions' messages: waiters parked on their actors are answered
+   * `unavailable` now (a running actor first finishes what it was given), since a waiter may wait
+   * minutes and would hold up the drain (a hand-off, a shutdown). Callers retry with the same job.
+   */
+  readonly releaseWaiters: (partitions: ReadonlyArray<number>) => Effect.Effect<void>
 }
 
 export class Coordinator extends Context.Service<Coordinator, CoordinatorShape>()(
@@ -291,10 +297,20 @@ export const makeCoordinator = (
       })
     const dropAllActors = dropWhere(() => true)
     const partitionCount = options.partitions ?? partitionsDefault
-    const dropPartitions = (partitions: ReadonlyArray<number>) => {
-      const dropped = new Set(partitions)
-      return dropWhere((user) => dropped.has(partitionOf(user, partitionCount)))
+    const inPartitions = (partitions: ReadonlyArray<number>) => {
+      const chosen = new Set(partitions)
+      return (user: string) => chosen.has(partitionOf(user, partitionCount))
     }
+    const dropPartitions = (partitions: ReadonlyArray<number>) => dropWhere(inPartitions(partitions))
+    const releaseWaiters = (partitions: ReadonlyArray<number>) =>
+      Effect.sync(() => {
+        const inScope = inPartitions(partitions)
+        const residents = [...actors.values()].filter((actor) => inScope(actor.user))
+        for (const actor of residents) {
+          if (actor.busy) actor.closeRequested = true
+          else if (parkedCount(actor) > 0) closeActor(actor, settings)
+        }
+      })
 
     yield* Effect.addFinalizer(() => dropAllActors)
 
@@ -314,7 +330,8 @@ export const makeCoordinator = (
       sweepOnce,
       residentActors: () => actors.size,
       dropAllActors,
-      dropPartitions
+      dropPartitions,
+      releaseWaiters
     }
   })
 

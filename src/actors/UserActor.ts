@@ -83,6 +83,11 @@ export interface UserActor extends RecencyLinks<UserActor> {
   /** `acquire_slot` callers waiting in the user's FIFO queue, by job (made on first use). */
   parked: Map<string, Array<Envelope>> | undefined
   closed: boolean
+  /**
+   * Its partition is being stopped: once the mailbox is empty the run closes the actor instead of
+   * idling, so waiters it parked are answered `unavailable` then rather than when their wait ends.
+   */
+  closeRequested: boolean
   /** The group being decided or written, answered `unavailable` if the actor is interrupted. */
   inFlight: ReadonlyArray<Envelope>
   /** The deadline the coordinator's timer holds for this actor (Infinity: none). */
@@ -99,6 +104,7 @@ export const makeUserActor = (user: string, lastActiveAt: number): UserActor => 
   state: undefined,
   parked: undefined,
   closed: false,
+  closeRequested: false,
   inFlight: noEnvelopes,
   scheduledDeadline: Infinity,
   lastActiveAt,
@@ -248,6 +254,8 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
   Effect.gen(function* () {
     let state = actor.state
     if (state === undefined) {
+      // Whatever it would load could only be answered `unavailable`: spare the store the read.
+      if (!settings.servable(actor.user)) return closeActor(actor, settings)
       const loaded = yield* load(actor, settings)
       if (Option.isNone(loaded)) return closeActor(actor, settings)
       state = loaded.value
@@ -259,15 +267,16 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
       // Checked and cleared with no yield in between: a command enqueued after this sees `busy`
       // false and starts the next run, so none waits unnoticed.
       if (actor.mailbox.length === 0) {
+        if (actor.closeRequested) return closeActor(actor, settings)
         actor.busy = false
         actor.running = undefined
         return
       }
       const envelopes = actor.mailbox.splice(0, settings.decisionsPerWriteMax)
-      if (!settings.servable(actor.user)) {
-        answerAll(envelopes, unavailable, settings, actor.user)
-        continue
-      }
+      // Not servable: the owner is elsewhere, or this process has not renewed in time. Its memory may be
+      // stale, so nothing is decided from it: this group, the queue and the parked waiters (whose
+      // place in the queue was memory only) are answered `unavailable`, and the next command reloads.
+      if (!settings.servable(actor.user)) return closeActor(actor, settings, envelopes)
       actor.inFlight = envelopes
       const decidedAt = settings.now()
       const ctx: DecideContext = { config: settings.config, now: decidedAt, random: settings.random }

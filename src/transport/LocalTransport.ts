@@ -8,7 +8,7 @@
  */
 import { Context, Data, Effect, Layer } from "effect"
 import type { Scope } from "effect"
-import type { Coordinator } from "../actors/Coordinator.js"
+import { Coordinator } from "../actors/Coordinator.js"
 import { transportDrainMs } from "../domain/limits.js"
 import { headerSafe } from "./body.js"
 import type { SubjectKind } from "./decode.js"
@@ -68,6 +68,7 @@ export const makeLocalTransport = (
   options: LocalTransportOptions
 ): Effect.Effect<LocalTransportShape, never, Coordinator | Scope.Scope> =>
   Effect.gen(function* () {
+    const coordinator = yield* Coordinator
     const handler = yield* makeRequestHandler({
       logger: options.logger,
       partitions: options.partitions,
@@ -98,6 +99,8 @@ export const makeLocalTransport = (
     let stopped: Promise<void> | undefined
     const stopOnce = async (): Promise<void> => {
       open = false
+      // What is being decided is answered as decided; a waiter would hold the drain for its whole wait.
+      await Effect.runPromise(coordinator.releaseWaiters(all))
       if (!(await handler.inFlight.idle(all, drainMs))) {
         options.logger.warn(
           { inFlight: handler.inFlight.total() },

@@ -11,7 +11,7 @@
 import { connect, Empty, headers, nuid } from "@nats-io/transport-node"
 import type { Msg, Subscription } from "@nats-io/transport-node"
 import { Context, Effect, Layer, Scope } from "effect"
-import type { Coordinator } from "../actors/Coordinator.js"
+import { Coordinator } from "../actors/Coordinator.js"
 import type { Settings } from "../config/settings.js"
 import { transportDrainMs } from "../domain/limits.js"
 import { headerSafe } from "./body.js"
@@ -118,6 +118,7 @@ export const makeNatsServer = (
   Coordinator | Scope.Scope
 > =>
   Effect.gen(function* () {
+    const coordinator = yield* Coordinator
     const handler = yield* makeRequestHandler({
       logger: options.logger,
       partitions: options.partitions,
@@ -248,6 +249,8 @@ export const makeNatsServer = (
         for (const partition of stopping) served.delete(partition)
         // drain: the server stops sending, and messages already received are still handled.
         await Promise.all(subscriptions.map(drainQuietly))
+        // What is being decided is answered as decided; a waiter would hold the drain for its whole wait.
+        await Effect.runPromise(coordinator.releaseWaiters(stopping))
         await inFlight.idle(stopping, drainMs)
         if (stopping.length > 0) logger.info({ partitions: stopping }, "stopped serving partitions")
       })

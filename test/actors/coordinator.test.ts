@@ -4,6 +4,8 @@ import { describe, expect, it } from "vitest"
 import { Coordinator } from "../../src/actors/Coordinator.js"
 import type { Command } from "../../src/domain/commands.js"
 import { defaultConfig } from "../../src/domain/config.js"
+import { partitionsDefault } from "../../src/domain/limits.js"
+import { partitionOf } from "../../src/domain/partition.js"
 import { makeMemoryStore } from "../../src/store/MemoryStore.js"
 import { runOnCoordinator, startCoordinator } from "../support/harness.js"
 
@@ -154,5 +156,73 @@ describe("Coordinator: which actors stay resident", () => {
     } finally {
       await harness.close()
     }
+  })
+})
+
+describe("Coordinator: waiters when a partition stops being served", () => {
+  const user = "u"
+  /** Lets the actors' fibers and the store's promises run. */
+  const settle = Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, 20)))
+
+  it("releaseWaiters lets a running actor finish its write, then answers its waiter unavailable", async () => {
+    let openGate: () => void = () => {}
+    let gated = false
+    const store = makeMemoryStore({
+      beforeWrite: () => (gated ? new Promise<void>((resolve) => (openGate = resolve)) : Promise.resolve())
+    })
+    const answers = await runOnCoordinator(
+      store,
+      Effect.gen(function* () {
+        const coordinator = yield* Coordinator
+        const answers: Array<string> = []
+        const record = (label: string) => (result: { status: string }) =>
+          answers.push(`${label} ${result.status}`)
+        yield* coordinator.submit({ op: "acquire_slot", user, job: "j1", leaseMs: 60_000, waitMs: 0 })
+        gated = true
+        coordinator.enqueue(
+          { op: "acquire_slot", user, job: "j2", leaseMs: 60_000, waitMs: 60_000 },
+          record("j2")
+        )
+        coordinator.enqueue(
+          { op: "reserve", user, meter: "tokens", amount: 5, id: "h", ttlMs: 60_000 },
+          record("h")
+        )
+        yield* settle
+        expect(answers).toEqual([])
+        yield* coordinator.releaseWaiters([partitionOf(user, partitionsDefault)])
+        yield* settle
+        expect(answers).toEqual([])
+        openGate()
+        yield* settle
+        answers.push(`resident ${coordinator.residentActors()}`)
+        return answers
+      })
+    )
+    expect(answers).toEqual(["h reserved", "j2 unavailable", "resident 0"])
+  })
+
+  it("an actor that may no longer decide answers its waiters unavailable at their next tick", async () => {
+    let servable = true
+    const answers = await runOnCoordinator(
+      makeMemoryStore(),
+      Effect.gen(function* () {
+        const coordinator = yield* Coordinator
+        const answers: Array<string> = []
+        yield* coordinator.submit({ op: "acquire_slot", user, job: "j1", leaseMs: 60_000, waitMs: 0 })
+        coordinator.enqueue(
+          { op: "acquire_slot", user, job: "j2", leaseMs: 60_000, waitMs: 10_000 },
+          (result) => answers.push(`j2 ${result.status}`)
+        )
+        yield* settle
+        servable = false
+        // The waiter's wait ends: its tick reaches an actor whose memory may be stale.
+        yield* TestClock.adjust(10_000)
+        yield* settle
+        answers.push(`resident ${coordinator.residentActors()}`)
+        return answers
+      }),
+      { servable: () => servable }
+    )
+    expect(answers).toEqual(["j2 unavailable", "resident 0"])
   })
 })

@@ -117,8 +117,33 @@ describe("partitions and stop", () => {
     }
   })
 
-  it("answers a request still waiting after the drain time `unavailable`", async () => {
-    const harness = await startHarness({ label: "late", server: { drainMs: 200 } })
+  it("answers a request still being decided after the drain time `unavailable`", async () => {
+    let slowWrites = false
+    const store = makeMemoryStore({ beforeWrite: () => (slowWrites ? sleep(3_000) : Promise.resolve()) })
+    const harness = await startHarness({ label: "late", store, server: { drainMs: 200 } })
+    try {
+      const user = "slow-writer"
+      slowWrites = true
+      const writing = harness.call(user, {
+        op: "reserve",
+        user,
+        meter: "tokens",
+        amount: 1,
+        id: "h",
+        ref: "w"
+      })
+      await sleep(50)
+      const stoppedAt = Date.now()
+      await Effect.runPromise(harness.server.stop)
+      expect(await writing).toEqual({ status: "unavailable", ref: "w" })
+      expect(Date.now() - stoppedAt).toBeLessThan(2_500)
+    } finally {
+      await harness.close()
+    }
+  })
+
+  it("answers a waiting acquire_slot `unavailable` as it stops, without waiting out the wait or the drain time", async () => {
+    const harness = await startHarness({ label: "waiter", server: { drainMs: 20_000 } })
     try {
       const user = "waiter"
       await harness.call(user, { op: "acquire_slot", user, job: "held" })
@@ -176,6 +201,7 @@ describe("when the coordinator cannot decide", () => {
       sweepOnce: Effect.succeed(0),
       residentActors: () => 0,
       dropPartitions: () => Effect.void,
+      releaseWaiters: () => Effect.void,
       dropAllActors: Effect.void
     })
     const harness = await startHarness({ label: "defect", coordinatorLayer: dying })

@@ -28,6 +28,7 @@ const holdingCoordinator = () => {
     sweepOnce: Effect.succeed(0),
     residentActors: () => 0,
     dropPartitions: () => Effect.void,
+    releaseWaiters: () => Effect.void,
     dropAllActors: Effect.void
   })
   return { held, layer }

@@ -83,6 +83,7 @@ export const startHarness = async (options: HarnessOptions): Promise<Harness> =>
         coordinatorLayer({
           config: options.config ?? defaultConfig,
           assertFull: true,
+          partitions,
           ...options.coordinator
         }).pipe(Layer.provide(memoryStoreLayer(options.store)))
     )
