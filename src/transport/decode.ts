@@ -69,7 +69,10 @@ const loneSurrogate = /\p{Cs}/u
 
 const utf8Bytes = (text: string): number => Buffer.byteLength(text, "utf8")
 
-/** A user, id, job or key: stored in Postgres text, so well-formed Unicode without NUL, 1..256 bytes. */
+/**
+ * A user, id, job or key: well-formed Unicode of 1..256 UTF-8 bytes (U+0000 included: the store
+ * escapes it, src/store/postgres/storedText.ts).
+ */
 const identifier = (raw: WireObject, field: string, allowEmpty = false): string => {
   const value = fieldOf(raw, field)
   if (value === undefined) return fail(field, "required")
@@ -78,7 +81,6 @@ const identifier = (raw: WireObject, field: string, allowEmpty = false): string 
   const bytes = utf8Bytes(value)
   if (bytes > identifierBytesMax) return fail(field, `is ${bytes} UTF-8 bytes, over ${identifierBytesMax}`)
   if (loneSurrogate.test(value)) return fail(field, "must be well-formed Unicode (a lone surrogate)")
-  if (value.includes("\u0000")) return fail(field, "must not contain NUL (U+0000)")
   return value
 }
 

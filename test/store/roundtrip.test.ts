@@ -261,6 +261,44 @@ describe("PostgresStore round trip", () => {
     expect(await Effect.runPromise(store.usersWithExpiries(at, 1))).toHaveLength(1)
   })
 
+  it("stores and loads users, hold ids, consume keys, adjust ids and jobs holding U+0000", async () => {
+    // Identifiers that a careless escape would confuse: U+0000, backslashes, the store's marker.
+    const odd = ["\u0000", "\\0", "\uffff\\0", "\uffff", "a\u0000\\"]
+    const users = odd.map((text) => `user${text}`)
+    const historyWith = (user: string): Array<StoreEvent> => [
+      ...odd.map((id): StoreEvent => ({ kind: "hold", user, hold: hold(`h${id}`, { expiresAt: now - 1 }) })),
+      ...odd.map((key) => ledger(user, { operation: "consume", holdId: "h\u0000", key: `k${key}` })),
+      ...odd.map((id) => ledger(user, { operation: "adjust", key: `adj${id}`, requested: 1, delta: 1 })),
+      ...odd.map((job): StoreEvent => ({
+        kind: "slot",
+        user,
+        job: `job${job}`,
+        leaseExpiresAt: now + 60_000
+      })),
+      { kind: "slot_freed", user, job: "job\u0000", reason: "released" },
+      { kind: "usage", user, meter: "analysis", periodStart: month, used: odd.length * 2 },
+      { kind: "plan", user, plan: "pro" }
+    ]
+    for (const user of users) await Effect.runPromise(store.write(historyWith(user)))
+    for (const user of users) {
+      const loaded = canonical(await Effect.runPromise(store.load(user, now)))
+      expect(loaded).toEqual(canonical(await memoryLoad(historyWith(user), user)))
+      expect(loaded.holds.map((item) => item.id).sort()).toEqual(odd.map((id) => `h${id}`).sort())
+      expect(loaded.holds.find((item) => item.id === "h\u0000")?.consumeKeys).toEqual(
+        odd.map((key) => `k${key}`).sort()
+      )
+      expect(loaded.slots.map((slot) => slot.job).sort()).toEqual(
+        odd
+          .filter((job) => job !== "\u0000")
+          .map((job) => `job${job}`)
+          .sort()
+      )
+    }
+    // Each hold is due: the sweep names every one of these users, as they were written.
+    const due = await Effect.runPromise(store.usersWithExpiries(now, 10_000))
+    expect(users.filter((user) => due.includes(user))).toEqual(users)
+  })
+
   it("keeps the running totals equal to the ledger sums", async () => {
     expect(await Effect.runPromise(store.reconcile())).toEqual([])
   })

@@ -61,8 +61,7 @@ const notAnIdentifier = fc.oneof(
   fc
     .string({ unit: "grapheme", minLength: 65, maxLength: 80 })
     .filter((text) => Buffer.byteLength(text) > 256),
-  fc.string({ maxLength: 10 }).map((text) => `${text}\ud800`),
-  fc.string({ maxLength: 10 }).map((text) => `${text}\u0000`)
+  fc.string({ maxLength: 10 }).map((text) => `${text}\ud800`)
 )
 
 const notAMeter = fc.oneof(
@@ -183,7 +182,7 @@ describe("fuzzed bad input", () => {
     await fc.assert(
       fc.asyncProperty(fc.string({ minLength: 1, maxLength: 40 }), async (stranger) => {
         fc.pre(partitionOf(stranger, harness.partitions) !== partitionOf(user, harness.partitions))
-        fc.pre(!stranger.includes("\u0000") && !/\p{Cs}/u.test(stranger))
+        fc.pre(!/\p{Cs}/u.test(stranger))
         const reply = await harness.request(
           harness.subject(user),
           JSON.stringify({ op: "get_usage", user: stranger, ref: "x" })

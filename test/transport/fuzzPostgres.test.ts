@@ -114,7 +114,7 @@ const badAmount = fc.oneof(
   fc.constantFrom(2 ** 53, 2 ** 60, 1e300, "NaN", "Infinity", "10", true, null, [], {})
 )
 const badIdentifier = fc.oneof(
-  fc.constantFrom("", 42, true, null, [], {}, "\u0000", "x".repeat(257), "😀".repeat(65)),
+  fc.constantFrom("", 42, true, null, [], {}, "\ud800", "x".repeat(257), "😀".repeat(65)),
   fc.string({ minLength: 257, maxLength: 300 }),
   fc
     .string({ unit: "grapheme", minLength: 90, maxLength: 120 })
@@ -236,4 +236,42 @@ describe("fuzzed invalid input over Postgres", () => {
     expect(usage.json()).toMatchObject({ status: "ok" })
     expect(counts.messages).toBeGreaterThanOrEqual(2_600)
   }, 180_000)
+})
+
+describe("identifiers holding U+0000 over Postgres", () => {
+  it("are granted, charged, refused on reuse and counted like any other (PROTOCOL.md: 1 to 256 UTF-8 bytes)", async () => {
+    const nulUser = "nul\u0000user"
+    const call = async (command: Record<string, unknown>, kind: "ops" | "admin" = "ops") => {
+      const subjectOf = `${prefix}.v1.${partitionOf(nulUser, partitions)}.${kind}`
+      const reply = await nc.request(subjectOf, JSON.stringify(command), { timeout: 5_000 })
+      return reply.json<Record<string, unknown>>()
+    }
+    const hold = { user: nulUser, id: "job\u0000" }
+    expect(await call({ op: "reserve", ...hold, meter: "analysis", amount: 5 })).toMatchObject({
+      status: "reserved",
+      id: "job\u0000"
+    })
+    expect(await call({ op: "consume", ...hold, amount: 2, key: "k\u0000" })).toMatchObject({
+      status: "consumed"
+    })
+    expect(await call({ op: "consume", ...hold, amount: 2, key: "k\u0000" })).toMatchObject({
+      status: "exists"
+    })
+    expect(await call({ op: "commit", ...hold, amount: 3 })).toMatchObject({ status: "committed", used: 3 })
+    expect(await call({ op: "reserve", ...hold, meter: "analysis", amount: 5 })).toMatchObject({
+      status: "closed"
+    })
+    expect(
+      await call({ op: "adjust", user: nulUser, meter: "analysis", amount: 4, id: "\u0000" })
+    ).toMatchObject({ status: "adjusted", used: 7 })
+    expect(await call({ op: "acquire_slot", user: nulUser, job: "\u0000\u0000" })).toMatchObject({
+      status: "acquired"
+    })
+    const usage = await call({ op: "get_usage", user: nulUser })
+    expect(usage["slots"]).toMatchObject({ held: 1, jobs: [{ job: "\u0000\u0000" }] })
+    expect((usage["meters"] as Array<Record<string, unknown>>)[0]).toMatchObject({
+      meter: "analysis",
+      used: 7
+    })
+  })
 })

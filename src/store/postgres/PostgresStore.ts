@@ -25,6 +25,7 @@ import type { InvalidSchemaName, SchemaTooNew, MigrationFilesInvalid, SettingsMi
 import { checkSchemaName, storeUnavailable } from "./errors.js"
 import type { LoadUserRow } from "./loadUser.js"
 import { loadUsersSql, storedUserFromRow } from "./loadUser.js"
+import { fromStoredText, toStoredText } from "./storedText.js"
 import { makeLoadBatch } from "../LoadBatch.js"
 import { migrate } from "./migrate.js"
 import { ensureSettings } from "./settings.js"
@@ -178,9 +179,9 @@ export const makePostgresStore = (
         const result = await pool.query<LoadUserRow & { user_id: string }>({
           ...(options.pipelined === true ? { name: loadStatementName } : {}),
           text: queries.loadUsers,
-          values: [users, now - idRetentionMs]
+          values: [users.map(toStoredText), now - idRetentionMs]
         })
-        return new Map(result.rows.map((row) => [row.user_id, storedUserFromRow(row)]))
+        return new Map(result.rows.map((row) => [fromStoredText(row.user_id), storedUserFromRow(row)]))
       },
       keysPerQueryMax: storeUsersPerLoadMax,
       queriesInFlightMax: storeLoadsInFlightMax
@@ -204,7 +205,7 @@ export const makePostgresStore = (
                     limit,
                     inPartitions
                   ])
-            return result.rows.map((row) => row.user_id)
+            return result.rows.map((row) => fromStoredText(row.user_id))
           },
           catch: storeUnavailable("find users with expiries")
         }),
@@ -219,7 +220,7 @@ export const makePostgresStore = (
               ledger_sum: string | null
             }>(queries.reconcile)
             return result.rows.map((row): UsageMismatch => ({
-              user: row.user_id,
+              user: fromStoredText(row.user_id),
               meter: row.meter,
               periodStart: toSafeIntegerOrNull(row.period_start),
               totalUsed: toSafeIntegerOrNull(row.total_used),
@@ -240,7 +241,7 @@ export const makePostgresStore = (
               pending_holds: number
             }>(queries.meterStates)
             return result.rows.map((row): StoredMeterState => ({
-              user: row.user_id,
+              user: fromStoredText(row.user_id),
               meter: row.meter,
               periodStart: toSafeIntegerOrNull(row.period_start),
               used: toSafeInteger(row.used),

@@ -4,6 +4,7 @@
  * come back as JSON numbers, exact up to 2^53-1.
  */
 import type { HoldRecord, StoredUser } from "../../domain/events.js"
+import { fromStoredText } from "./storedText.js"
 import { periodNoneSentinel } from "./writeEvents.js"
 
 /**
@@ -70,11 +71,16 @@ export interface LoadUserRow {
   readonly slots: ReadonlyArray<{ job: string; leaseExpiresAt: number }>
 }
 
+/** The row as the actor's StoredUser, its identifiers as they were before storage (storedText.ts). */
 export const storedUserFromRow = (row: LoadUserRow): StoredUser => ({
   plan: row.plan,
   limitOverrides: row.limit_overrides,
   usage: row.usage,
-  holds: row.holds,
-  adjustments: row.adjustments,
-  slots: row.slots
+  holds: row.holds.map((hold) => ({
+    ...hold,
+    id: fromStoredText(hold.id),
+    consumeKeys: hold.consumeKeys.map(fromStoredText)
+  })),
+  adjustments: row.adjustments.map((adjustment) => ({ ...adjustment, id: fromStoredText(adjustment.id) })),
+  slots: row.slots.map((slot) => ({ ...slot, job: fromStoredText(slot.job) }))
 })

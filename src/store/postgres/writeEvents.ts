@@ -10,6 +10,7 @@ import { fnv1a32OfString, partitionOf } from "../../domain/partition.js"
 import type { Fence } from "../Fence.js"
 import { PartitionsFenced } from "../Fence.js"
 import { integerArrayLiteral, textArrayLiteral } from "./arrayLiteral.js"
+import { toStoredTextOrNull } from "./storedText.js"
 import { withCheckedOutClient } from "./checkedOutClient.js"
 
 /** The domain's null period (a meter with period `none`) as stored; see migrations/0001_initial.sql. */
@@ -219,12 +220,15 @@ export const groupQueries = (
   const { holds, ledger, usage, slotsSet, slotsFreed, plans, limitsSet, limitsRemoved } = group
   const text = <Row>(rows: ReadonlyArray<Row>, column: (row: Row) => string | null): string =>
     textArrayLiteral(rows.map(column))
+  /** A column of users, hold ids, keys or jobs: stored as storedText.ts says (U+0000 escaped). */
+  const identifiers = <Row>(rows: ReadonlyArray<Row>, column: (row: Row) => string | null): string =>
+    textArrayLiteral(rows.map((row) => toStoredTextOrNull(column(row))))
   const integer = <Row>(rows: ReadonlyArray<Row>, column: (row: Row) => number | null): string =>
     integerArrayLiteral(rows.map(column))
   const partitionOfRow = (row: { readonly user: string }) => partitionOf(row.user, partitions)
   add(statements.upsertHolds, holds.length, [
-    text(holds, (row) => row.user),
-    text(holds, (row) => row.hold.id),
+    identifiers(holds, (row) => row.user),
+    identifiers(holds, (row) => row.hold.id),
     text(holds, (row) => row.hold.meter),
     integer(holds, (row) => row.hold.amount),
     integer(holds, (row) => row.hold.consumed),
@@ -235,40 +239,43 @@ export const groupQueries = (
     integer(holds, partitionOfRow)
   ])
   add(statements.appendLedger, ledger.length, [
-    text(ledger, (row) => row.user),
+    identifiers(ledger, (row) => row.user),
     text(ledger, (row) => row.meter),
     integer(ledger, (row) => storedPeriodStart(row.periodStart)),
     text(ledger, (row): LedgerOperation => row.operation),
-    text(ledger, (row) => row.holdId),
-    text(ledger, (row) => row.key),
+    identifiers(ledger, (row) => row.holdId),
+    identifiers(ledger, (row) => row.key),
     integer(ledger, (row) => row.requested),
     integer(ledger, (row) => row.delta),
     integer(ledger, (row) => row.at)
   ])
   add(statements.upsertUsage, usage.length, [
-    text(usage, (row) => row.user),
+    identifiers(usage, (row) => row.user),
     text(usage, (row) => row.meter),
     integer(usage, (row) => storedPeriodStart(row.periodStart)),
     integer(usage, (row) => row.used)
   ])
   add(statements.upsertSlots, slotsSet.length, [
-    text(slotsSet, (row) => row.user),
-    text(slotsSet, (row) => row.job),
+    identifiers(slotsSet, (row) => row.user),
+    identifiers(slotsSet, (row) => row.job),
     integer(slotsSet, (row) => row.leaseExpiresAt),
     integer(slotsSet, partitionOfRow)
   ])
   add(statements.deleteSlots, slotsFreed.length, [
-    text(slotsFreed, (row) => row.user),
-    text(slotsFreed, (row) => row.job)
+    identifiers(slotsFreed, (row) => row.user),
+    identifiers(slotsFreed, (row) => row.job)
   ])
-  add(statements.upsertPlans, plans.length, [text(plans, (row) => row.user), text(plans, (row) => row.plan)])
+  add(statements.upsertPlans, plans.length, [
+    identifiers(plans, (row) => row.user),
+    text(plans, (row) => row.plan)
+  ])
   add(statements.upsertLimits, limitsSet.length, [
-    text(limitsSet, (row) => row.user),
+    identifiers(limitsSet, (row) => row.user),
     text(limitsSet, (row) => row.meter),
     integer(limitsSet, (row) => row.limit)
   ])
   add(statements.deleteLimits, limitsRemoved.length, [
-    text(limitsRemoved, (row) => row.user),
+    identifiers(limitsRemoved, (row) => row.user),
     text(limitsRemoved, (row) => row.meter)
   ])
   return queries
