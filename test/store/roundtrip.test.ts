@@ -277,7 +277,10 @@ describe("PostgresStore round trip", () => {
       })),
       { kind: "slot_freed", user, job: "job\u0000", reason: "released" },
       { kind: "usage", user, meter: "analysis", periodStart: month, used: odd.length * 2 },
-      { kind: "plan", user, plan: "pro" }
+      { kind: "plan", user, plan: "pro" },
+      { kind: "limit", user, meter: "tokens", limit: 9 },
+      { kind: "limit", user, meter: "specview", limit: 3 },
+      { kind: "limit", user, meter: "specview", limit: null }
     ]
     for (const user of users) await Effect.runPromise(store.write(historyWith(user)))
     for (const user of users) {
@@ -297,6 +300,14 @@ describe("PostgresStore round trip", () => {
     // Each hold is due: the sweep names every one of these users, as they were written.
     const due = await Effect.runPromise(store.usersWithExpiries(now, 10_000))
     expect(users.filter((user) => due.includes(user))).toEqual(users)
+    // The views tests pair with the actors name them as written too, and find their totals whole.
+    const states = await Effect.runPromise(store.meterStates())
+    for (const user of users) {
+      expect(states.filter((state) => state.user === user)).toEqual([
+        { user, meter: "analysis", periodStart: month, used: odd.length * 2, reserved: 50, pendingHolds: 5 }
+      ])
+    }
+    expect(await Effect.runPromise(store.reconcile())).toEqual([])
   })
 
   it("keeps the running totals equal to the ledger sums", async () => {

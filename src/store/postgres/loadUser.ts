@@ -4,7 +4,7 @@
  * come back as JSON numbers, exact up to 2^53-1.
  */
 import type { HoldRecord, StoredUser } from "../../domain/events.js"
-import { fromStoredText } from "./storedText.js"
+import { fromStoredText, isEscapedText } from "./storedText.js"
 import { periodNoneSentinel } from "./writeEvents.js"
 
 /**
@@ -71,16 +71,26 @@ export interface LoadUserRow {
   readonly slots: ReadonlyArray<{ job: string; leaseExpiresAt: number }>
 }
 
-/** The row as the actor's StoredUser, its identifiers as they were before storage (storedText.ts). */
+/**
+ * The row as the actor's StoredUser, its identifiers as they were before storage (storedText.ts).
+ * Nearly no identifier is escaped, so the row's objects are kept as they are unless one is: a
+ * partition's cold start loads thousands of users.
+ */
 export const storedUserFromRow = (row: LoadUserRow): StoredUser => ({
   plan: row.plan,
   limitOverrides: row.limit_overrides,
   usage: row.usage,
-  holds: row.holds.map((hold) => ({
-    ...hold,
-    id: fromStoredText(hold.id),
-    consumeKeys: hold.consumeKeys.map(fromStoredText)
-  })),
-  adjustments: row.adjustments.map((adjustment) => ({ ...adjustment, id: fromStoredText(adjustment.id) })),
-  slots: row.slots.map((slot) => ({ ...slot, job: fromStoredText(slot.job) }))
+  holds: row.holds.some((hold) => isEscapedText(hold.id) || hold.consumeKeys.some(isEscapedText))
+    ? row.holds.map((hold) => ({
+        ...hold,
+        id: fromStoredText(hold.id),
+        consumeKeys: hold.consumeKeys.map(fromStoredText)
+      }))
+    : row.holds,
+  adjustments: row.adjustments.some((adjustment) => isEscapedText(adjustment.id))
+    ? row.adjustments.map((adjustment) => ({ ...adjustment, id: fromStoredText(adjustment.id) }))
+    : row.adjustments,
+  slots: row.slots.some((slot) => isEscapedText(slot.job))
+    ? row.slots.map((slot) => ({ ...slot, job: fromStoredText(slot.job) }))
+    : row.slots
 })

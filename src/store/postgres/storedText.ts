@@ -2,7 +2,8 @@
  * Identifiers (users, hold ids, consume keys, adjust ids, jobs) may hold any Unicode text the protocol
  * allows, U+0000 included, but Postgres `text` cannot store U+0000. So an identifier containing it is
  * stored escaped, behind a marker; every other identifier is stored as it is, which is nearly all of
- * them and every row written before this existed.
+ * them. Rows written before this existed were stored as they are; migration 0005 rewrote those that
+ * started with the marker into this form.
  *
  * The mapping is one to one: a stored text starts with the marker exactly when it was escaped (an
  * identifier that itself starts with the marker is escaped too), and the escape (`\` -> `\\`,
@@ -20,6 +21,9 @@ export const toStoredText = (identifier: string): string =>
   identifier.includes("\u0000") || identifier.startsWith(escapedMarker)
     ? escapedMarker + identifier.replace(/\\/g, "\\\\").replace(/\u0000/g, "\\0")
     : identifier
+
+/** Whether `stored` is an escaped identifier, which fromStoredText changes; nearly none is. */
+export const isEscapedText = (stored: string): boolean => stored.startsWith(escapedMarker)
 
 /** The identifier `stored` was made from (toStoredText's inverse). */
 export const fromStoredText = (stored: string): string =>
