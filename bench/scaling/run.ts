@@ -20,6 +20,7 @@ import os from "node:os"
 import { join } from "node:path"
 import pg from "pg"
 import { QuotaClient } from "../../src/client/QuotaClient.js"
+import { machineInfo } from "../lib/machine.js"
 import { makeRng } from "../lib/rng.js"
 
 // ---------------------------------------------------------------------------------------------
@@ -369,12 +370,12 @@ const main = async () => {
     (processes) =>
       `| ${processes} | ${format(meanOf(processes))} | ${format(meanOf(processes) / baseline, 2)}× |`
   )
-  const cpu = os.cpus()
+  const machine = machineInfo()
   const report = [
     `# Scaling: 1, 2 and 3 coordinator processes, ${startedAt.toISOString().slice(0, 16).replace("T", " ")} UTC`,
     "",
-    `Machine: ${cpu[0]?.model.trim() ?? "unknown"}, ${cpu.length} cores, ${(os.totalmem() / 2 ** 30).toFixed(1)} GiB, ` +
-      `Node ${process.version}. Load average before the runs: ${loadBefore.join(", ")} (1, 5, 15 min).`,
+    `Machine: ${machine.cpuModel}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}. ` +
+      `Code: ${machine.code}. Load average before the runs: ${loadBefore.join(", ")} (1, 5, 15 min).`,
     "Postgres, nats-server, every `serve` process and this bench's client share those cores over loopback.",
     "",
     `Workload: ${settings.inflight} callers in a closed loop through one \`QuotaClient\` (commands coalesced per ` +

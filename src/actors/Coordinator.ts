@@ -52,11 +52,13 @@ export interface CoordinatorShape {
    */
   readonly dropPartitions: (partitions: ReadonlyArray<number>) => Effect.Effect<void>
   /**
-   * The transport stopped taking the partitions' messages: waiters parked on their actors are answered
-   * `unavailable` now (a running actor first finishes what it was given), since a waiter may wait
-   * minutes and would hold up the drain (a hand-off, a shutdown). Callers retry with the same job.
+   * The transport stopped taking the partitions' messages (`"all"`: every partition): waiters parked on
+   * their actors are answered `unavailable` now (a running actor first finishes what it was given, then
+   * closes), since a waiter may wait minutes and would hold up the drain (a hand-off, a shutdown).
+   * Callers retry with the same job. Meant to be followed by dropPartitions: a partition served again
+   * before that keeps the close requested of its actors that were running.
    */
-  readonly releaseWaiters: (partitions: ReadonlyArray<number>) => Effect.Effect<void>
+  readonly releaseWaiters: (partitions: ReadonlyArray<number> | "all") => Effect.Effect<void>
 }
 
 export class Coordinator extends Context.Service<Coordinator, CoordinatorShape>()(
@@ -302,9 +304,9 @@ export const makeCoordinator = (
       return (user: string) => chosen.has(partitionOf(user, partitionCount))
     }
     const dropPartitions = (partitions: ReadonlyArray<number>) => dropWhere(inPartitions(partitions))
-    const releaseWaiters = (partitions: ReadonlyArray<number>) =>
+    const releaseWaiters = (partitions: ReadonlyArray<number> | "all") =>
       Effect.sync(() => {
-        const inScope = inPartitions(partitions)
+        const inScope = partitions === "all" ? () => true : inPartitions(partitions)
         const residents = [...actors.values()].filter((actor) => inScope(actor.user))
         for (const actor of residents) {
           if (actor.busy) actor.closeRequested = true

@@ -65,7 +65,10 @@ export interface ActorSettings {
   readonly servable: (user: string) => boolean
   /** Asks for a `tick` at `deadline` (null: nothing due); a later call replaces the earlier one. */
   readonly scheduleDeadline: (actor: UserActor, deadline: number | null) => void
-  /** Called once, synchronously, when the actor stops taking commands (idle, load failure). */
+  /**
+   * Called once, synchronously, when the actor stops taking commands: a load failure, its user not
+   * servable here, a close requested by releaseWaiters, an interruption or a crash.
+   */
   readonly onClose: (actor: UserActor) => void
 }
 

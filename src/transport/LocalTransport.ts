@@ -100,7 +100,7 @@ export const makeLocalTransport = (
     const stopOnce = async (): Promise<void> => {
       open = false
       // What is being decided is answered as decided; a waiter would hold the drain for its whole wait.
-      await Effect.runPromise(coordinator.releaseWaiters(all))
+      await Effect.runPromise(coordinator.releaseWaiters("all"))
       if (!(await handler.inFlight.idle(all, drainMs))) {
         options.logger.warn(
           { inFlight: handler.inFlight.total() },

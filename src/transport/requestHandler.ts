@@ -61,7 +61,10 @@ export interface RequestHandler {
   readonly request: (target: RequestTarget, data: Uint8Array) => Promise<Handled>
   /** Requests submitted and not yet answered, per partition. */
   readonly inFlight: InFlight
-  /** Requests kept for `interruptAll`: those not yet answered (a finished one must not stay linked). */
+  /**
+   * Requests kept for `interruptAll`: those not yet answered (a finished one must not stay linked).
+   * For tests and diagnostics.
+   */
   readonly pendingRequests: () => number
   /** Answers every request still being decided now, its undecided commands `unavailable`. */
   readonly interruptAll: Effect.Effect<void>

@@ -164,7 +164,7 @@ describe("Coordinator: waiters when a partition stops being served", () => {
   /** Lets the actors' fibers and the store's promises run. */
   const settle = Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, 20)))
 
-  it("releaseWaiters lets a running actor finish its write, then answers its waiter unavailable", async () => {
+  it("releaseWaiters lets a running actor finish its write and its queue, then answers its waiter unavailable", async () => {
     let openGate: () => void = () => {}
     let gated = false
     const store = makeMemoryStore({
@@ -190,15 +190,41 @@ describe("Coordinator: waiters when a partition stops being served", () => {
         yield* settle
         expect(answers).toEqual([])
         yield* coordinator.releaseWaiters([partitionOf(user, partitionsDefault)])
+        // Enqueued after the call, while the write is in flight: decided before the actor closes.
+        coordinator.enqueue(
+          { op: "reserve", user, meter: "tokens", amount: 5, id: "h2", ttlMs: 60_000 },
+          record("h2")
+        )
         yield* settle
         expect(answers).toEqual([])
+        gated = false
         openGate()
         yield* settle
         answers.push(`resident ${coordinator.residentActors()}`)
         return answers
       })
     )
-    expect(answers).toEqual(["h reserved", "j2 unavailable", "resident 0"])
+    expect(answers).toEqual(["h reserved", "h2 reserved", "j2 unavailable", "resident 0"])
+  })
+
+  it("a user not servable here is answered unavailable without loading it, and no actor stays", async () => {
+    const loads: Array<string> = []
+    const store = makeMemoryStore({
+      beforeLoad: async (loaded) => {
+        loads.push(loaded)
+      }
+    })
+    const outcome = await runOnCoordinator(
+      store,
+      Effect.gen(function* () {
+        const coordinator = yield* Coordinator
+        const result = yield* coordinator.submit({ op: "get_usage", user })
+        return { result, resident: coordinator.residentActors() }
+      }),
+      { servable: () => false }
+    )
+    expect(outcome).toEqual({ result: { status: "unavailable" }, resident: 0 })
+    expect(loads).toEqual([])
   })
 
   it("an actor that may no longer decide answers its waiters unavailable at their next tick", async () => {
