@@ -83,6 +83,15 @@ describe("discovery", () => {
   })
 })
 
+/** Stops the server while `pending` (a call with ref "w") is in flight: it is answered unavailable, soon. */
+const stopAndExpectUnavailable = async (harness: Harness, pending: Promise<unknown>, withinMs: number) => {
+  await sleep(50)
+  const stoppedAt = Date.now()
+  await Effect.runPromise(harness.server.stop)
+  expect(await pending).toEqual({ status: "unavailable", ref: "w" })
+  expect(Date.now() - stoppedAt).toBeLessThan(withinMs)
+}
+
 describe("partitions and stop", () => {
   it("stops and resumes serving a partition (no responders in between)", async () => {
     const harness = await startHarness({ label: "move", partitions: 4 })
@@ -132,11 +141,7 @@ describe("partitions and stop", () => {
         id: "h",
         ref: "w"
       })
-      await sleep(50)
-      const stoppedAt = Date.now()
-      await Effect.runPromise(harness.server.stop)
-      expect(await writing).toEqual({ status: "unavailable", ref: "w" })
-      expect(Date.now() - stoppedAt).toBeLessThan(2_500)
+      await stopAndExpectUnavailable(harness, writing, 2_500)
     } finally {
       await harness.close()
     }
@@ -148,11 +153,7 @@ describe("partitions and stop", () => {
       const user = "waiter"
       await harness.call(user, { op: "acquire_slot", user, job: "held" })
       const waiting = harness.call(user, { op: "acquire_slot", user, job: "late", waitMs: 60_000, ref: "w" })
-      await sleep(50)
-      const stoppedAt = Date.now()
-      await Effect.runPromise(harness.server.stop)
-      expect(await waiting).toEqual({ status: "unavailable", ref: "w" })
-      expect(Date.now() - stoppedAt).toBeLessThan(5_000)
+      await stopAndExpectUnavailable(harness, waiting, 5_000)
     } finally {
       await harness.close()
     }
