@@ -283,9 +283,13 @@ export const makeCoordinator = (
       return users.length
     })
 
+    /** The resident actors of the users `chosen` picks, copied: closing one changes the map. */
+    const residentsWhere = (chosen: (user: string) => boolean): Array<UserActor> =>
+      [...actors.values()].filter((actor) => chosen(actor.user))
+
     const dropWhere = (drop: (user: string) => boolean) =>
       Effect.gen(function* () {
-        const residents = [...actors.values()].filter((actor) => drop(actor.user))
+        const residents = residentsWhere(drop)
         const running: Array<Fiber.Fiber<void>> = []
         for (const actor of residents) {
           forgetResident(actor)
@@ -306,9 +310,7 @@ export const makeCoordinator = (
     const dropPartitions = (partitions: ReadonlyArray<number>) => dropWhere(inPartitions(partitions))
     const releaseWaiters = (partitions: ReadonlyArray<number> | "all") =>
       Effect.sync(() => {
-        const inScope = partitions === "all" ? () => true : inPartitions(partitions)
-        const residents = [...actors.values()].filter((actor) => inScope(actor.user))
-        for (const actor of residents) {
+        for (const actor of residentsWhere(partitions === "all" ? () => true : inPartitions(partitions))) {
           if (actor.busy) actor.closeRequested = true
           else if (parkedCount(actor) > 0) closeActor(actor, settings)
         }

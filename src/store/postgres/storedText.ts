@@ -27,7 +27,7 @@ export const isEscapedText = (stored: string): boolean => stored.startsWith(esca
 
 /** The identifier `stored` was made from (toStoredText's inverse). */
 export const fromStoredText = (stored: string): string =>
-  stored.startsWith(escapedMarker)
+  isEscapedText(stored)
     ? stored
         .slice(escapedMarker.length)
         .replace(/\\(\\|0)/g, (_, escaped: string) => (escaped === "0" ? "\u0000" : "\\"))
