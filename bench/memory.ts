@@ -62,7 +62,8 @@ const idleUsers = Number(options["idle-users"])
 const discardingStore: StoreShape = {
   load: () => Effect.succeed(emptyStoredUser),
   write: () => Effect.void,
-  usersWithExpiries: () => Effect.succeed([])
+  usersWithExpiries: () => Effect.succeed([]),
+  ping: Effect.void
 }
 const discardingStoreLayer = Layer.succeed(Store, discardingStore)
 

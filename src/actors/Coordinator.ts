@@ -2,7 +2,7 @@
  * The coordinator: routes each command to its user's actor, creating actors on first use (state loaded
  * from the store), capping how many are resident, and sweeping expiries of users with no resident actor.
  */
-import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Random, Scope } from "effect"
+import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Random, Scope } from "effect"
 import type { Command } from "../domain/commands.js"
 import type { Config } from "../domain/config.js"
 import type { StoreEvent } from "../domain/events.js"
@@ -21,6 +21,8 @@ import type { Result } from "../domain/results.js"
 import { overloaded } from "../domain/results.js"
 import { decideSystemJob } from "../domain/slots.js"
 import { Store } from "../store/Store.js"
+import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
+import { Metrics, noMetrics } from "../ops/MetricsRecorder.js"
 import { DeadlineHeap } from "./DeadlineHeap.js"
 import { RecencyList } from "./RecencyList.js"
 import type { ActorSettings, Envelope, Reply, UserActor } from "./UserActor.js"
@@ -44,6 +46,8 @@ export interface CoordinatorShape {
   readonly sweepOnce: Effect.Effect<number>
   /** How many actors are resident now. */
   readonly residentActors: () => number
+  /** `acquire_slot` callers waiting in the FIFO queues of resident users now (O(resident actors)). */
+  readonly slotWaiters: () => number
   /** Test hook for "crash": interrupts every actor and forgets all memory; the next command reloads from the store. */
   readonly dropAllActors: Effect.Effect<void>
   /**
@@ -88,6 +92,13 @@ export interface CoordinatorOptions {
 /** A timer's tick answers nobody. */
 const ignoreReply: Reply = () => {}
 
+/** Counts the expiries a confirmed write made durable (metrics are told where expiry is decided). */
+const countExpiries = (metrics: MetricsRecorder, events: ReadonlyArray<StoreEvent>): void => {
+  for (const event of events) {
+    if (event.kind === "hold" && event.hold.state === "expired") metrics.holdExpired(event.hold.meter)
+  }
+}
+
 export const makeCoordinator = (
   options: CoordinatorOptions
 ): Effect.Effect<CoordinatorShape, never, Store | Scope.Scope> =>
@@ -95,6 +106,7 @@ export const makeCoordinator = (
     const store = yield* Store
     const random = yield* Random.Random
     const clock = yield* Clock.Clock
+    const metrics = Option.getOrElse(yield* Effect.serviceOption(Metrics), () => noMetrics)
     const context = yield* Effect.context<never>()
     const runFork = Effect.runForkWith(context)
     /** Resident actors by user, and the same actors least recently used first. */
@@ -138,7 +150,14 @@ export const makeCoordinator = (
       servable: options.servable ?? (() => true),
       assertFull: options.assertFull ?? false,
       onError: options.onError ?? (() => {}),
-      onPersisted: options.onPersisted ?? (() => {}),
+      metrics,
+      onPersisted:
+        metrics === noMetrics
+          ? (options.onPersisted ?? (() => {}))
+          : (events) => {
+              countExpiries(metrics, events)
+              options.onPersisted?.(events)
+            },
       onClose: (actor) => {
         if (actors.get(actor.user) !== actor) return
         forgetResident(actor)
@@ -333,6 +352,11 @@ export const makeCoordinator = (
       enqueue,
       sweepOnce,
       residentActors: () => actors.size,
+      slotWaiters: () => {
+        let waiting = 0
+        for (const actor of actors.values()) waiting += actor.state?.waiters.length ?? 0
+        return waiting
+      },
       dropAllActors,
       dropPartitions,
       releaseWaiters

@@ -22,7 +22,8 @@ import { assertUserState } from "../domain/invariants.js"
 import type { Result } from "../domain/results.js"
 import { unavailable } from "../domain/results.js"
 import type { UserState } from "../domain/state.js"
-import { nextDeadline, userStateFromStored } from "../domain/state.js"
+import { nextDeadline, planOf, userStateFromStored } from "../domain/state.js"
+import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
 import type { StoreShape } from "../store/Store.js"
 import type { RecencyLinks } from "./RecencyList.js"
 
@@ -55,6 +56,8 @@ export interface ActorSettings {
   /** Recount every aggregate after each decision (tests). */
   readonly assertFull: boolean
   readonly onError: (user: string, message: string, cause: unknown) => void
+  /** Told of each `busy` answered (a snooze), with the user's plan. */
+  readonly metrics: MetricsRecorder
   /** Called with each group's events once the store confirmed them (logs of expiries, metrics). */
   readonly onPersisted: (events: ReadonlyArray<StoreEvent>) => void
   /**
@@ -305,8 +308,12 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
         state = reloaded.value
         actor.state = state
       } else {
-        for (const [envelope, result] of confirmed.replies) answer(envelope, result, settings, actor.user)
+        for (const [envelope, result] of confirmed.replies) {
+          if (result.status === "busy") settings.metrics.slotBusy(planOf(settings.config, state))
+          answer(envelope, result, settings, actor.user)
+        }
         for (const { job, result } of confirmed.wakeups) {
+          if (result.status === "busy") settings.metrics.slotBusy(planOf(settings.config, state))
           const waiting = actor.parked?.get(job)
           actor.parked?.delete(job)
           answerAll(waiting ?? [], result, settings, actor.user)

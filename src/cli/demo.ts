@@ -13,6 +13,7 @@
  * Every request is JSON over a subject, exactly as any client in any language would send it.
  * Exit code 0 when every race came out as the protocol promises and the load run's replies add up.
  */
+import { parseArgs } from "node:util"
 import { randomBytes } from "node:crypto"
 import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
@@ -56,29 +57,30 @@ export interface DemoOptions {
 const defaultDurationMs = 3_000
 
 export const parseDemoArgs = (args: ReadonlyArray<string>): DemoOptions | { readonly error: string } => {
+  let values: { requests?: string | undefined; duration?: string | undefined }
+  try {
+    values = parseArgs({
+      args: [...args],
+      options: { requests: { type: "string" }, duration: { type: "string" } },
+      strict: true,
+      allowPositionals: false
+    }).values
+  } catch (error) {
+    return { error: error instanceof Error ? error.message : String(error) }
+  }
   let requests: number | undefined
+  if (values.requests !== undefined) {
+    const count = /^\d+$/.test(values.requests) ? Number(values.requests) : NaN
+    if (!Number.isSafeInteger(count) || count < 1)
+      return { error: `--requests: expected a positive integer, got ${values.requests}` }
+    requests = count
+  }
   let durationMs = defaultDurationMs
-  for (let index = 0; index < args.length; index += 1) {
-    const arg = args[index] as string
-    const [name, inline] = arg.includes("=")
-      ? [arg.slice(0, arg.indexOf("=")), arg.slice(arg.indexOf("=") + 1)]
-      : [arg]
-    const value = inline ?? args[index + 1]
-    if (name === "--requests") {
-      if (inline === undefined) index += 1
-      const count = value !== undefined && /^\d+$/.test(value) ? Number(value) : NaN
-      if (!Number.isSafeInteger(count) || count < 1)
-        return { error: `--requests: expected a positive integer, got ${String(value)}` }
-      requests = count
-    } else if (name === "--duration") {
-      if (inline === undefined) index += 1
-      const ms = value === undefined ? undefined : parseDurationMs(value)
-      if (ms === undefined || ms < 100 || ms > 600_000)
-        return { error: `--duration: expected a duration from 100ms to 10m such as 3s, got ${String(value)}` }
-      durationMs = ms
-    } else {
-      return { error: `unknown argument: ${arg}` }
-    }
+  if (values.duration !== undefined) {
+    const ms = parseDurationMs(values.duration)
+    if (ms === undefined || ms < 100 || ms > 600_000)
+      return { error: `--duration: expected a duration from 100ms to 10m such as 3s, got ${values.duration}` }
+    durationMs = ms
   }
   return { requests, durationMs }
 }

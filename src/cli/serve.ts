@@ -21,7 +21,10 @@ import { startEmbeddedPostgres } from "../store/embedded.js"
 import { migrate } from "../store/postgres/migrate.js"
 import { poolConfig, postgresStoreLayer, scopedPool } from "../store/postgres/PostgresStore.js"
 import { ensureSettings } from "../store/postgres/settings.js"
-import type { Store } from "../store/Store.js"
+import { Store } from "../store/Store.js"
+import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
+import { Metrics, noMetrics } from "../ops/MetricsRecorder.js"
+import { startOperations } from "../ops/Operations.js"
 import type { Logger } from "../transport/log.js"
 import { logExpiry, makeLogger } from "../transport/log.js"
 import type { NatsServerShape } from "../transport/NatsServer.js"
@@ -59,11 +62,17 @@ export const databaseTarget = (settings: Settings, logger: Logger) =>
     } satisfies DatabaseTarget
   })
 
-export const storeLayerFor = (settings: Settings, target: DatabaseTarget, fence?: Fence) =>
+export const storeLayerFor = (
+  settings: Settings,
+  target: DatabaseTarget,
+  fence?: Fence,
+  metrics?: MetricsRecorder
+) =>
   postgresStoreLayer({
     connectionString: target.connectionString,
     prefix: settings.prefix,
     partitions: settings.partitions,
+    ...(metrics === undefined ? {} : { metrics }),
     ...(target.poolMax === undefined ? {} : { poolMax: target.poolMax }),
     // PGlite's single session is not known to take pipelined transactions; a real server does.
     pipelined: !target.embedded,
@@ -118,14 +127,17 @@ export const serveLayers = (
   config: Config,
   logger: Logger,
   target: DatabaseTarget,
-  ownership: OwnershipState | undefined
+  ownership: OwnershipState | undefined,
+  metrics: MetricsRecorder = noMetrics
 ) => {
-  const store: Layer.Layer<Store, unknown> = storeLayerFor(settings, target, ownership?.fence)
+  const store: Layer.Layer<Store, unknown> = storeLayerFor(settings, target, ownership?.fence, metrics)
   const coordinator = coordinatorLayerFor(config, logger, settings.partitions, ownership).pipe(
-    Layer.provide(store)
+    Layer.provideMerge(store),
+    Layer.provide(Layer.succeed(Metrics, metrics))
   )
   const server = natsServerLayer({
     ...natsServerOptions(settings, logger),
+    metrics,
     ...(ownership === undefined ? {} : { initialPartitions: [] })
   })
   return server.pipe(Layer.provideMerge(coordinator))
@@ -172,12 +184,35 @@ export const serve = (
   Effect.gen(function* () {
     const { settings, config } = yield* loadSettingsAndConfig(env)
     const logger = makeLogger(settings.logLevel)
+    const operations =
+      settings.httpAddress === undefined
+        ? undefined
+        : yield* startOperations(settings.httpAddress, config, (message, cause) =>
+            logger.error({ err: cause }, message)
+          )
+    if (operations !== undefined)
+      logger.info(
+        { address: operations.http.address },
+        "operations http listening (/metrics, /healthz, /readyz)"
+      )
     const target = yield* databaseTarget(settings, logger)
     // The embedded database is one process's by definition: it serves every partition, unfenced.
     const ownership = target.embedded ? undefined : makeOwnershipState()
-    const context = yield* Layer.build(serveLayers(settings, config, logger, target, ownership))
+    const context = yield* Layer.build(
+      serveLayers(settings, config, logger, target, ownership, operations?.metrics.recorder)
+    )
     const server = Context.get(context, NatsServer)
     const coordinator = Context.get(context, Coordinator)
+    if (operations !== undefined) {
+      const store = Context.get(context, Store)
+      operations.readiness.watchNats(server.connected)
+      yield* operations.readiness.watchPostgres(store.ping)
+      operations.metrics.setGaugeSources({
+        slotWaiters: coordinator.slotWaiters,
+        actorsResident: coordinator.residentActors,
+        partitionsOwned: () => ownership?.epochs.size ?? server.servedPartitions().length
+      })
+    }
     const owning =
       ownership === undefined
         ? undefined

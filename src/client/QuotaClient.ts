@@ -25,6 +25,8 @@ import type {
   GetUsageInput,
   GetUsageResult,
   HoldChangeResult,
+  ListHoldsInput,
+  ListHoldsResult,
   ReleaseInput,
   ReleaseSlotInput,
   RenewSlotInput,
@@ -68,6 +70,7 @@ export interface QuotaClientEffects {
   readonly getUsage: (input: GetUsageInput) => Effect.Effect<GetUsageResult, QuotaClientError>
   readonly setPlan: (input: SetPlanInput) => Effect.Effect<SetPlanResult, QuotaClientError>
   readonly setLimit: (input: SetLimitInput) => Effect.Effect<SetLimitResult, QuotaClientError>
+  readonly listHolds: (input: ListHoldsInput) => Effect.Effect<ListHoldsResult, QuotaClientError>
 }
 
 const isQuotaClientError = (error: unknown): error is QuotaClientError =>
@@ -129,7 +132,8 @@ export class QuotaClient {
       releaseSlot: lift((input) => this.releaseSlot(input)),
       getUsage: lift((input) => this.getUsage(input)),
       setPlan: lift((input) => this.setPlan(input)),
-      setLimit: lift((input) => this.setLimit(input))
+      setLimit: lift((input) => this.setLimit(input)),
+      listHolds: lift((input) => this.listHolds(input))
     }
   }
 
@@ -192,6 +196,11 @@ export class QuotaClient {
   /** Administration: `limit: null` returns the meter to the plan's default. */
   setLimit(input: SetLimitInput): Promise<SetLimitResult> {
     return this.send<SetLimitResult>("admin", { ...input, op: "set_limit" })
+  }
+
+  /** Administration: a user's holds, oldest first, with `more` when `limit` cut the list. */
+  listHolds(input: ListHoldsInput): Promise<ListHoldsResult> {
+    return this.send<ListHoldsResult>("admin", { ...input, op: "list_holds" })
   }
 
   /**

@@ -5,6 +5,7 @@
  */
 import type {
   AdjustResult,
+  HoldListResult,
   HoldResult,
   InsufficientQuotaResult,
   InvalidRequestResult,
@@ -89,6 +90,14 @@ export interface GetUsageInput extends WithRef {
   readonly user: string
 }
 
+export interface ListHoldsInput extends WithRef {
+  readonly user: string
+  /** `pending` (default), `closed` (still remembered) or `all`. */
+  readonly state?: "pending" | "closed" | "all"
+  /** At most this many, oldest first: 1 to 1 000, default 100. */
+  readonly limit?: number
+}
+
 export interface SetPlanInput extends WithRef {
   readonly user: string
   readonly plan: string
@@ -115,6 +124,7 @@ export type HoldChangeResult = Echoed<HoldResult | NotFoundResult | CommandRejec
 export type AdjustCommandResult = Echoed<AdjustResult | UnknownMeterResult | CommandRejected>
 export type SlotCommandResult = Echoed<SlotResult | CommandRejected>
 export type GetUsageResult = Echoed<UsageResult | CommandRejected>
+export type ListHoldsResult = Echoed<HoldListResult | CommandRejected>
 export type SetPlanResult = Echoed<OkResult | UnknownPlanResult | CommandRejected>
 export type SetLimitResult = Echoed<OkResult | UnknownMeterResult | CommandRejected>
 

@@ -40,6 +40,14 @@ export interface Settings {
   readonly fairness: FairnessSettings
   /** `QUOTA_LEASE_MS`: how long a partition's owner holds it without renewing (scaling out). */
   readonly partitionLeaseMs: number
+  /** `QUOTA_HTTP_ADDR`: where `serve` answers /metrics, /healthz and /readyz; undefined: `off`. */
+  readonly httpAddress: HttpAddress | undefined
+}
+
+/** A host and a TCP port (0: any free port, logged once bound). */
+export interface HttpAddress {
+  readonly host: string
+  readonly port: number
 }
 
 /** A setting that cannot be used; `variable` names the environment variable. */
@@ -59,7 +67,8 @@ export const settingsDefaults = {
   dataDir: ".data",
   logLevel: "info",
   snoozeBaseMs: 30_000,
-  snoozeJitterMs: 10_000
+  snoozeJitterMs: 10_000,
+  httpAddress: "127.0.0.1:9464"
 } as const
 
 /** Snooze durations longer than a day are a typo (`30000s`), not a policy. */
@@ -134,6 +143,26 @@ const readNatsUrl = (env: Environment) => {
       )
 }
 
+/** `host:port`, `[ipv6]:port` or `off`. */
+export const parseHttpAddress = (text: string): HttpAddress | "off" | undefined => {
+  if (text.toLowerCase() === "off") return "off"
+  const match = /^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9.-]+)):(\d{1,5})$/.exec(text)
+  if (match === null) return undefined
+  const port = Number(match[3])
+  return port <= 65_535 ? { host: match[1] ?? match[2]!, port } : undefined
+}
+
+const readHttpAddress = (env: Environment) => {
+  const text = valueOf(env, "QUOTA_HTTP_ADDR") ?? settingsDefaults.httpAddress
+  const address = parseHttpAddress(text)
+  if (address === undefined)
+    return invalid(
+      "QUOTA_HTTP_ADDR",
+      `must be host:port (e.g. 127.0.0.1:9464, 0.0.0.0:9464, [::1]:9464) or off, got ${JSON.stringify(text)}`
+    )
+  return Effect.succeed(address === "off" ? undefined : address)
+}
+
 const readPrefix = (env: Environment) => {
   const prefix = valueOf(env, "QUOTA_PREFIX") ?? settingsDefaults.prefix
   return prefixPattern.test(prefix)
@@ -185,6 +214,7 @@ export const readSettings = (env: Environment): Effect.Effect<Settings, Settings
       partitionLeaseMsMax,
       partitionLeaseMsDefault
     )
+    const httpAddress = yield* readHttpAddress(env)
     return {
       natsUrl,
       databaseUrl: valueOf(env, "DATABASE_URL"),
@@ -194,6 +224,7 @@ export const readSettings = (env: Environment): Effect.Effect<Settings, Settings
       dataDir: valueOf(env, "QUOTA_DATA_DIR") ?? settingsDefaults.dataDir,
       logLevel,
       fairness: { enabled, slotOverrides, snoozeBaseMs, snoozeJitterMs },
-      partitionLeaseMs: partitionLeaseMs ?? partitionLeaseMsDefault
+      partitionLeaseMs: partitionLeaseMs ?? partitionLeaseMsDefault,
+      httpAddress
     }
   })

@@ -44,6 +44,16 @@ export type AdminCommand =
   | { readonly op: "set_plan"; readonly user: string; readonly plan: string }
   | { readonly op: "set_limit"; readonly user: string; readonly meter: string; readonly limit: number | null }
   | { readonly op: "get_usage"; readonly user: string }
+  | {
+      readonly op: "list_holds"
+      readonly user: string
+      readonly state: HoldListState
+      /** At most this many holds, oldest first. */
+      readonly limit: number
+    }
+
+/** Which holds `list_holds` lists: pending ones, closed ones still remembered, or both. */
+export type HoldListState = "pending" | "closed" | "all"
 
 /** Sent by the actor's timer and the orphan sweep: expire whatever is due, answer nothing. */
 export interface TickCommand {

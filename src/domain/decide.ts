@@ -6,6 +6,7 @@ import type { Command } from "./commands.js"
 import type { DecideContext, Output, Wakeup } from "./context.js"
 import type { StoreEvent } from "./events.js"
 import { adjust, commit, consume, expireHolds, extend, pruneRemembered, release, reserve } from "./holds.js"
+import { listHolds } from "./holdList.js"
 import { assertUserState } from "./invariants.js"
 import type { Result } from "./results.js"
 import { unknownMeter } from "./results.js"
@@ -68,6 +69,8 @@ const decideCommand = (
         : releaseSlot(ctx, state, command, output)
     case "get_usage":
       return usageView(ctx.config, state, ctx.now)
+    case "list_holds":
+      return listHolds(state, command)
     case "set_plan": {
       if (planNamed(ctx.config, command.plan) === undefined) return { status: "unknown_plan" }
       state.plan = command.plan

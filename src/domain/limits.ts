@@ -22,6 +22,10 @@ export const slotLeaseMsDefault = 120_000
 /** How long `acquire_slot` may wait in the user's FIFO queue. Outside is `invalid_request`. */
 export const slotWaitMsMax = 300_000
 
+/** Holds one `list_holds` returns (`limit`). Outside 1..max is `invalid_request`; past it `more` is true. */
+export const holdListLimitMax = 1_000
+export const holdListLimitDefault = 100
+
 /** Commands in one batch message. A longer array gets the NATS service error 400. */
 export const batchCommandsMax = 1_000
 
@@ -144,3 +148,17 @@ export const storeUsersPerLoadMax = 256
 
 /** Load queries out at once; more loads queue (and batch). Keeps the pool's other connections for writes. */
 export const storeLoadsInFlightMax = 2
+
+/**
+ * How often `serve` checks that Postgres answers, for `GET /readyz`, and how long one check may take.
+ * A check that fails or takes longer marks Postgres down until one succeeds: readiness follows an
+ * outage within about interval + timeout.
+ */
+export const readinessCheckIntervalMs = 1_000
+export const readinessCheckTimeoutMs = 2_000
+
+/** Connections the operations HTTP server (metrics, probes) keeps at once; more are refused by the OS queue. */
+export const httpConnectionsMax = 64
+
+/** How long the operations HTTP server waits for a request's headers and body before closing the socket. */
+export const httpRequestTimeoutMs = 10_000

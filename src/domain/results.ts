@@ -67,6 +67,20 @@ export interface UsageResult {
   }
 }
 
+/** One hold as `list_holds` shows it. */
+export interface HoldListEntry extends HoldView {
+  readonly meter: string
+  readonly createdAt: number
+}
+
+export interface HoldListResult {
+  readonly status: "ok"
+  /** Oldest first (by createdAt), at most the command's `limit`. */
+  readonly holds: ReadonlyArray<HoldListEntry>
+  /** True when more holds matched than were listed. */
+  readonly more: boolean
+}
+
 export interface OkResult {
   readonly status: "ok"
 }
@@ -100,6 +114,7 @@ export type Result =
   | AdjustResult
   | SlotResult
   | UsageResult
+  | HoldListResult
   | OkResult
   | NotFoundResult
   | UnknownMeterResult

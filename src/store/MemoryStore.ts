@@ -188,7 +188,8 @@ export const makeMemoryStore = (options: MemoryStoreOptions = {}): MemoryStore =
           if (holdDue || slotDue) users.push(user)
         }
         return users
-      })
+      }),
+    ping: Effect.void
   }
 }
 

@@ -26,6 +26,8 @@ export interface StoreShape {
     limit: number,
     partitions?: ReadonlyArray<number>
   ) => Effect.Effect<ReadonlyArray<string>, StoreUnavailable>
+  /** One trivial round trip to the database (readiness): fails when it does not answer. */
+  readonly ping: Effect.Effect<void, StoreUnavailable>
 }
 
 export class Store extends Context.Service<Store, StoreShape>()("quota-coordinator/Store") {}

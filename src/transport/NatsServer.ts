@@ -28,6 +28,7 @@ import {
 import { NatsConnectFailed, NatsSubscribeFailed, PartitionOutOfRange, reasonOf } from "./errors.js"
 import type { Logger } from "./log.js"
 import { makeRequestHandler } from "./requestHandler.js"
+import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
 
 export type { WireResult } from "./requestHandler.js"
 
@@ -50,6 +51,8 @@ export interface NatsServerOptions {
   readonly drainMs?: number
   /** Largest request body (default 1 MiB, as the protocol says); tests lower it to reach the refusal. */
   readonly messageBytesMax?: number
+  /** Counts answered commands (default: metrics off). */
+  readonly metrics?: MetricsRecorder
 }
 
 /** The options `serve` derives from the environment's settings. */
@@ -74,6 +77,8 @@ export interface NatsServerShape {
   readonly stop: Effect.Effect<void>
   /** Resolves when the connection closes: an Error if NATS closed it (auth revoked), undefined after `stop`. */
   readonly closed: Effect.Effect<Error | undefined>
+  /** Whether the connection is up now (false between a disconnect and the reconnect, and once closed). */
+  readonly connected: () => boolean
 }
 
 export class NatsServer extends Context.Service<NatsServer, NatsServerShape>()(
@@ -122,6 +127,7 @@ export const makeNatsServer = (
     const handler = yield* makeRequestHandler({
       logger: options.logger,
       partitions: options.partitions,
+      ...(options.metrics === undefined ? {} : { metrics: options.metrics }),
       ...(options.messageBytesMax === undefined ? {} : { messageBytesMax: options.messageBytesMax })
     })
     const nc = yield* Effect.acquireRelease(connectNats(options), (connection) =>
@@ -292,8 +298,11 @@ export const makeNatsServer = (
     void closed.then((error) => {
       if (error !== undefined) logger.error({ error: error.message }, "nats connection closed")
     })
+    let connected = true
     void (async () => {
       for await (const status of nc.status()) {
+        if (status.type === "disconnect") connected = false
+        else if (status.type === "reconnect") connected = true
         if (status.type === "disconnect" || status.type === "reconnect" || status.type === "error") {
           logger.warn(
             { status: status.type, server: "server" in status ? status.server : undefined },
@@ -318,7 +327,8 @@ export const makeNatsServer = (
       servedPartitions: () => [...served.keys()].sort((left, right) => left - right),
       serviceId: identity.id,
       stop,
-      closed: Effect.promise(() => closed)
+      closed: Effect.promise(() => closed),
+      connected: () => connected && !nc.isClosed()
     }
   })
 

@@ -6,13 +6,15 @@
  * This runs for every command, so it is plain code, not Schema. A bad field throws a `FieldInvalid`
  * (a plain object, no stack capture) that `decodeCommand` turns into a value: each reader stays one line.
  */
-import type { AdminCommand, Command, OpsCommand } from "../domain/commands.js"
+import type { AdminCommand, Command, HoldListState, OpsCommand } from "../domain/commands.js"
 import { meterNamePattern } from "../domain/config.js"
 import {
   amountMax,
   holdTtlMsDefault,
   holdTtlMsMax,
   holdTtlMsMin,
+  holdListLimitDefault,
+  holdListLimitMax,
   identifierBytesMax,
   slotLeaseMsDefault,
   slotLeaseMsMax,
@@ -46,7 +48,14 @@ const opsOps: ReadonlySet<string> = new Set<OpsCommand["op"]>([
   "release_slot",
   "get_usage"
 ])
-const adminOps: ReadonlySet<string> = new Set<AdminCommand["op"]>(["set_plan", "set_limit", "get_usage"])
+const adminOps: ReadonlySet<string> = new Set<AdminCommand["op"]>([
+  "set_plan",
+  "set_limit",
+  "get_usage",
+  "list_holds"
+])
+
+const holdListStates: ReadonlySet<string> = new Set<HoldListState>(["pending", "closed", "all"])
 
 class FieldInvalid {
   constructor(readonly error: string) {}
@@ -190,6 +199,18 @@ const decodeAdmin = (op: AdminCommand["op"], raw: WireObject): AdminCommand => {
     }
     case "get_usage":
       return { op, user: user(raw) }
+    case "list_holds": {
+      const state = fieldOf(raw, "state") ?? "pending"
+      if (typeof state !== "string" || !holdListStates.has(state))
+        return fail("state", "must be pending, closed or all")
+      const limit = fieldOf(raw, "limit")
+      return {
+        op,
+        user: user(raw),
+        state: state as HoldListState,
+        limit: limit === undefined ? holdListLimitDefault : integerIn(limit, "limit", 1, holdListLimitMax)
+      }
+    }
   }
 }
 

@@ -33,8 +33,8 @@ const levelOf = (command: Command, result: Result): Level => {
     case "conflict":
       return "info"
     case "ok":
-      // set_plan and set_limit change what a user may do; get_usage only reads.
-      return command.op === "get_usage" ? "debug" : "info"
+      // set_plan and set_limit change what a user may do; get_usage and list_holds only read.
+      return command.op === "get_usage" || command.op === "list_holds" ? "debug" : "info"
     case "invalid_request":
     case "wrong_partition":
     case "overloaded":
@@ -68,6 +68,8 @@ const subjectFields = (command: Command): Record<string, unknown> => {
       return { op, user, plan: command.plan }
     case "set_limit":
       return { op, user, meter: command.meter, limit: command.limit }
+    case "list_holds":
+      return { op, user, state: command.state, limit: command.limit }
     case "get_usage":
     case "tick":
       return { op, user }

@@ -26,6 +26,8 @@ import { reasonOf } from "./errors.js"
 import { InFlight } from "./inFlight.js"
 import type { Logger } from "./log.js"
 import { logDecision, logRefusal } from "./log.js"
+import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
+import { noMetrics } from "../ops/MetricsRecorder.js"
 
 /** Where a request arrived: its subject (for logs), the kind of subject, and its partition. */
 export interface RequestTarget {
@@ -52,6 +54,8 @@ export interface RequestHandlerOptions {
   readonly partitions: number
   /** Largest request body (default 1 MiB, as the protocol says). */
   readonly messageBytesMax?: number
+  /** Counts every answered command and its receipt-to-reply time (default: metrics off). */
+  readonly metrics?: MetricsRecorder
 }
 
 export interface RequestHandler {
@@ -81,6 +85,12 @@ type Judgement = Judged | { readonly answer: Result; readonly ref: undefined }
 const withRef = (result: Result, ref: string | undefined): WireResult =>
   ref === undefined ? result : { ...result, ref }
 
+/** The op a refused command named, for its metric label (the recorder maps any other to `unknown`). */
+const rawOp = (raw: unknown): string => {
+  const op = typeof raw === "object" && raw !== null ? (raw as { op?: unknown }).op : undefined
+  return typeof op === "string" ? op : "unknown"
+}
+
 export const makeRequestHandler = (
   options: RequestHandlerOptions
 ): Effect.Effect<RequestHandler, never, Coordinator | Scope.Scope> =>
@@ -95,6 +105,7 @@ export const makeRequestHandler = (
      */
     const pending = new RecencyList<PendingRequest>()
     const { logger, partitions } = options
+    const metrics = options.metrics ?? noMetrics
 
     /** Decode and partition check, with a bug in them costing one command `unavailable`, not the message. */
     const judgeSafely = (raw: unknown, target: RequestTarget): Judgement => {
@@ -107,6 +118,7 @@ export const makeRequestHandler = (
     }
 
     const handle = (target: RequestTarget, data: Uint8Array, done: (handled: Handled) => void): void => {
+      const receivedAt = metrics === noMetrics ? 0 : performance.now()
       const body = parseBody(data, options.messageBytesMax)
       if (body.kind === "refused") {
         logger.warn({ subject: target.subject, reason: body.reason }, "request refused")
@@ -130,6 +142,13 @@ export const makeRequestHandler = (
       }
       const reply = (failure?: string) => {
         const text = JSON.stringify(body.kind === "single" ? results[0] : results)
+        if (metrics !== noMetrics) {
+          const seconds = (performance.now() - receivedAt) / 1_000
+          for (let index = 0; index < results.length; index += 1) {
+            const op = commands[index]?.op ?? rawOp(raws[index])
+            metrics.commandAnswered(op, results[index]!.status, seconds)
+          }
+        }
         done(failure === undefined ? { body: text } : { body: text, failure })
       }
       if (undecided === 0) return reply()

@@ -92,6 +92,14 @@ const releaseSlotArb: fc.Arbitrary<Command> = fc.record({
 
 const getUsageArb: fc.Arbitrary<Command> = fc.record({ op: fc.constant("get_usage" as const), user: userArb })
 
+/** Small limits, so `more` is true as often as not. */
+const listHoldsArb: fc.Arbitrary<Command> = fc.record({
+  op: fc.constant("list_holds" as const),
+  user: userArb,
+  state: fc.constantFrom("pending" as const, "closed" as const, "all" as const),
+  limit: fc.integer({ min: 1, max: 4 })
+})
+
 export const setLimitArb: fc.Arbitrary<Command> = fc.record({
   op: fc.constant("set_limit" as const),
   user: userArb,
@@ -117,6 +125,7 @@ export const commandArb: fc.Arbitrary<Command> = fc.oneof(
   { weight: 2, arbitrary: renewArb },
   { weight: 3, arbitrary: releaseSlotArb },
   { weight: 1, arbitrary: getUsageArb },
+  { weight: 1, arbitrary: listHoldsArb },
   { weight: 1, arbitrary: setLimitArb },
   { weight: 1, arbitrary: setPlanArb }
 )

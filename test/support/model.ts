@@ -31,6 +31,7 @@ export interface ModelHold {
   consumed: number
   state: HoldState
   expiresAt: number
+  readonly createdAt: number
   readonly keys: Array<string>
 }
 
@@ -282,6 +283,7 @@ const decideOne = (
         consumed: 0,
         state: "pending",
         expiresAt: state.now + command.ttlMs,
+        createdAt: state.now,
         keys: []
       }
       user.holds.push(hold)
@@ -385,6 +387,30 @@ const decideOne = (
     }
     case "get_usage":
       return usageOf(config, state, user)
+    case "list_holds": {
+      // Creation order; holds created in the same millisecond in id order (code unit order).
+      const listed = user.holds
+        .filter((hold) =>
+          command.state === "all" ? true : (hold.state === "pending") === (command.state === "pending")
+        )
+        .sort(
+          (left, right) =>
+            left.createdAt - right.createdAt || (left.id < right.id ? -1 : left.id > right.id ? 1 : 0)
+        )
+      return {
+        status: "ok",
+        holds: listed.slice(0, command.limit).map((hold) => ({
+          id: hold.id,
+          meter: hold.meter,
+          amount: hold.amount,
+          consumed: hold.consumed,
+          state: hold.state,
+          expiresAt: hold.expiresAt,
+          createdAt: hold.createdAt
+        })),
+        more: listed.length > command.limit
+      }
+    }
     case "set_plan": {
       if (!Object.hasOwn(config.plans, command.plan)) return { status: "unknown_plan" }
       user.plan = command.plan
@@ -442,6 +468,7 @@ export const allowedStatuses: Record<Command["op"], ReadonlyArray<string>> = {
   renew_slot: ["renewed", "not_found"],
   release_slot: ["released", "not_found"],
   get_usage: ["ok"],
+  list_holds: ["ok"],
   set_plan: ["ok", "unknown_plan"],
   set_limit: ["ok", "unknown_meter"],
   tick: ["ok"]

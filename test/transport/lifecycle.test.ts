@@ -201,6 +201,7 @@ describe("when the coordinator cannot decide", () => {
       },
       sweepOnce: Effect.succeed(0),
       residentActors: () => 0,
+      slotWaiters: () => 0,
       dropPartitions: () => Effect.void,
       releaseWaiters: () => Effect.void,
       dropAllActors: Effect.void

@@ -27,6 +27,7 @@ const holdingCoordinator = () => {
     },
     sweepOnce: Effect.succeed(0),
     residentActors: () => 0,
+    slotWaiters: () => 0,
     dropPartitions: () => Effect.void,
     releaseWaiters: () => Effect.void,
     dropAllActors: Effect.void

@@ -3,7 +3,7 @@
  * through GroupCommit writers, so concurrent actors share transactions. Every `pg` failure becomes
  * `StoreUnavailable` here, at the edge.
  */
-import { Effect, Layer } from "effect"
+import { Effect, Exit, Layer } from "effect"
 import type { Scope } from "effect"
 import pg from "pg"
 import type { StoreEvent, StoredUser } from "../../domain/events.js"
@@ -17,6 +17,9 @@ import {
   storeQueryTimeoutMs
 } from "../../domain/limits.js"
 import type { Fence } from "../Fence.js"
+import { PartitionsFenced } from "../Fence.js"
+import type { MetricsRecorder } from "../../ops/MetricsRecorder.js"
+import { noMetrics } from "../../ops/MetricsRecorder.js"
 import type { GroupCommitStats } from "../GroupCommit.js"
 import { makeGroupCommit } from "../GroupCommit.js"
 import type { StoreShape } from "../Store.js"
@@ -54,6 +57,8 @@ export interface PostgresStoreOptions {
   readonly pipelined?: boolean
   /** Groups committed at once (see storeWritersMax). */
   readonly writersMax?: number
+  /** Told of every group commit's duration and of fenced writes (default: metrics off). */
+  readonly metrics?: MetricsRecorder
 }
 
 /** A (user, meter, period) whose running total differs from its ledger sum; reconcile wants none. */
@@ -161,13 +166,29 @@ export const makePostgresStore = (
       )
     }
 
+    const metrics = options.metrics ?? noMetrics
+    const commitGroup = (events: ReadonlyArray<StoreEvent>) =>
+      Effect.tryPromise({
+        try: () =>
+          writeGroup(pool, statements, events, partitions, options.fence, options.pipelined ?? false),
+        catch: (cause) => {
+          if (cause instanceof PartitionsFenced) metrics.writeFenced()
+          return storeUnavailable(`commit ${events.length} events`)(cause)
+        }
+      })
     const groupCommit = yield* makeGroupCommit<StoreEvent, StoreUnavailable>({
-      commit: (events) =>
-        Effect.tryPromise({
-          try: () =>
-            writeGroup(pool, statements, events, partitions, options.fence, options.pipelined ?? false),
-          catch: storeUnavailable(`commit ${events.length} events`)
-        }),
+      commit:
+        metrics === noMetrics
+          ? commitGroup
+          : (events) =>
+              Effect.suspend(() => {
+                const startedAt = performance.now()
+                return Effect.onExit(commitGroup(events), (exit) =>
+                  Effect.sync(() =>
+                    metrics.storeCommitted((performance.now() - startedAt) / 1_000, Exit.isSuccess(exit))
+                  )
+                )
+              }),
       itemsPerCommitMax: options.eventsPerCommitMax ?? storeEventsPerCommitMax,
       writersMax: options.writersMax ?? storeWritersMax,
       closed: () => new StoreUnavailable({ reason: "the store is shutting down" })
@@ -209,6 +230,10 @@ export const makePostgresStore = (
           },
           catch: storeUnavailable("find users with expiries")
         }),
+      ping: Effect.tryPromise({
+        try: () => pool.query("select 1").then(() => undefined),
+        catch: storeUnavailable("ping")
+      }),
       reconcile: () =>
         Effect.tryPromise({
           try: async () => {
@@ -277,6 +302,7 @@ export interface PostgresStoreLayerOptions {
    * Postgres ends its session; this bounds that, so a claim is not held back much past the lease.
    */
   readonly idleInTransactionMs?: number
+  readonly metrics?: MetricsRecorder
 }
 
 export type PostgresStoreLayerError =
@@ -352,6 +378,7 @@ export const postgresStoreLayer = (
         schema,
         partitions: options.partitions,
         ...(options.fence === undefined ? {} : { fence: options.fence }),
+        ...(options.metrics === undefined ? {} : { metrics: options.metrics }),
         pipelined,
         ...(options.eventsPerCommitMax === undefined
           ? {}

@@ -1,0 +1,176 @@
+/**
+ * The operator's subcommands: `usage`, `holds`, `set-plan`, `set-limit`, `release`. Each sends one
+ * command over NATS with the settings `serve` uses (QUOTA_PREFIX, QUOTA_PARTITIONS and the NATS
+ * connection), prints a readable table (or with `--json` the result as one line of JSON) and exits
+ * 0 on success, 1 when the coordinator refused (`unknown_plan`, `not_found`, ...) and 2 on a usage
+ * error or when the coordinator could not be reached.
+ */
+import type { QuotaClient } from "../client/QuotaClient.js"
+import { amountMax, holdListLimitMax } from "../domain/limits.js"
+import type { Result } from "../domain/results.js"
+import { describeResult } from "./operatorOutput.js"
+
+/** Exit codes of the operator's subcommands. */
+export const exitCode = { ok: 0, refused: 1, usage: 2 } as const
+
+export class UsageError extends Error {
+  override readonly name = "UsageError"
+}
+
+/** A subcommand's command, checked: what it sends and which statuses count as success. */
+export interface OperatorRequest {
+  readonly kind: "ops" | "admin"
+  readonly command: Readonly<Record<string, unknown>> & { readonly op: string; readonly user: string }
+  /** Statuses answered with exit 0; every other status the protocol allows is a refusal (1). */
+  readonly success: ReadonlyArray<string>
+}
+
+const holdStates = ["pending", "closed", "all"] as const
+
+const parseLimit = (text: string | undefined): number | undefined => {
+  if (text === undefined) return undefined
+  const limit = /^\d+$/.test(text) ? Number(text) : NaN
+  if (!Number.isSafeInteger(limit) || limit < 1 || limit > holdListLimitMax)
+    throw new UsageError(
+      `--limit must be an integer from 1 to ${holdListLimitMax}, got ${JSON.stringify(text)}`
+    )
+  return limit
+}
+
+const parseAmount = (text: string): number | null => {
+  if (text === "default") return null
+  const amount = /^\d+$/.test(text) ? Number(text) : NaN
+  if (!Number.isSafeInteger(amount) || amount > amountMax)
+    throw new UsageError(
+      `AMOUNT must be an integer from 0 to 2^53-1, or default, got ${JSON.stringify(text)}`
+    )
+  return amount
+}
+
+const positionals = (args: ReadonlyArray<string>, names: ReadonlyArray<string>): ReadonlyArray<string> => {
+  if (args.length !== names.length)
+    throw new UsageError(
+      args.length < names.length
+        ? `missing ${names.slice(args.length).join(" ")}`
+        : `unexpected argument ${JSON.stringify(args[names.length])}`
+    )
+  for (const [index, value] of args.entries())
+    if (value === "") throw new UsageError(`${names[index]} must not be empty`)
+  return args
+}
+
+/** Builds the request of a subcommand from its positionals and options; throws UsageError. */
+export const operatorRequest = (
+  subcommand: string,
+  args: ReadonlyArray<string>,
+  options: { readonly state?: string | undefined; readonly limit?: string | undefined }
+): OperatorRequest => {
+  switch (subcommand) {
+    case "usage": {
+      const [user] = positionals(args, ["USER"])
+      return { kind: "admin", command: { op: "get_usage", user: user! }, success: ["ok"] }
+    }
+    case "holds": {
+      const [user] = positionals(args, ["USER"])
+      const state = options.state ?? "pending"
+      if (!(holdStates as ReadonlyArray<string>).includes(state))
+        throw new UsageError(`--state must be pending, closed or all, got ${JSON.stringify(state)}`)
+      const limit = parseLimit(options.limit)
+      return {
+        kind: "admin",
+        command: { op: "list_holds", user: user!, state, ...(limit === undefined ? {} : { limit }) },
+        success: ["ok"]
+      }
+    }
+    case "set-plan": {
+      const [user, plan] = positionals(args, ["USER", "PLAN"])
+      return { kind: "admin", command: { op: "set_plan", user: user!, plan: plan! }, success: ["ok"] }
+    }
+    case "set-limit": {
+      const [user, meter, amount] = positionals(args, ["USER", "METER", "AMOUNT"])
+      return {
+        kind: "admin",
+        command: { op: "set_limit", user: user!, meter: meter!, limit: parseAmount(amount!) },
+        success: ["ok"]
+      }
+    }
+    case "release": {
+      const [user, id] = positionals(args, ["USER", "ID"])
+      // `exists`: it was already released, which is what the operator asked for.
+      return {
+        kind: "ops",
+        command: { op: "release", user: user!, id: id! },
+        success: ["released", "exists"]
+      }
+    }
+    default:
+      throw new UsageError(`unknown command ${JSON.stringify(subcommand)}`)
+  }
+}
+
+/** Statuses that say the call itself was wrong (fix the arguments or the settings): exit 2. */
+const usageStatuses: ReadonlySet<string> = new Set(["invalid_request", "wrong_partition"])
+
+export interface OperatorOutcome {
+  readonly code: number
+  readonly stdout: string
+  readonly stderr: string
+}
+
+/** The outcome of a result: what to print, and the exit code. */
+export const outcomeOf = (request: OperatorRequest, result: Result, json: boolean): OperatorOutcome => {
+  const succeeded = request.success.includes(result.status)
+  const code = succeeded ? exitCode.ok : usageStatuses.has(result.status) ? exitCode.usage : exitCode.refused
+  const described = describeResult(request.command, result)
+  if (json) return { code, stdout: `${JSON.stringify(result)}\n`, stderr: succeeded ? "" : `${described}\n` }
+  return succeeded
+    ? { code, stdout: `${described}\n`, stderr: "" }
+    : { code, stdout: "", stderr: `${described}\n` }
+}
+
+/** A failure to reach the coordinator (connection, no responders, timeouts, retries exhausted). */
+const unreachable = (error: unknown): OperatorOutcome => ({
+  code: exitCode.usage,
+  stdout: "",
+  stderr: `quota-coordinator: ${error instanceof Error ? error.message : String(error)}\n`
+})
+
+/** Connects, sends the request, and closes. Never throws: every failure is an outcome. */
+export const runOperatorRequest = async (
+  connect: () => Promise<QuotaClient>,
+  request: OperatorRequest,
+  json: boolean
+): Promise<OperatorOutcome> => {
+  let client: QuotaClient
+  try {
+    client = await connect()
+  } catch (error) {
+    return unreachable(error)
+  }
+  try {
+    return outcomeOf(request, await send(client, request), json)
+  } catch (error) {
+    return unreachable(error)
+  } finally {
+    await client.close().catch(() => undefined)
+  }
+}
+
+/** The client call of the request's op (the command was checked by operatorRequest). */
+const send = (client: QuotaClient, request: OperatorRequest): Promise<Result> => {
+  const command = request.command as never
+  switch (request.command.op) {
+    case "get_usage":
+      return client.getUsage(command)
+    case "list_holds":
+      return client.listHolds(command)
+    case "set_plan":
+      return client.setPlan(command)
+    case "set_limit":
+      return client.setLimit(command)
+    case "release":
+      return client.release(command)
+    default:
+      return Promise.reject(new Error(`bug: no client call for ${request.command.op}`))
+  }
+}
