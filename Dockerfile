@@ -21,9 +21,12 @@ COPY bin ./bin
 USER node
 # The embedded database is for development only: a container is given DATABASE_URL.
 ENV NATS_URL=nats://nats:4222
-# Healthy once a get_usage goes round trip through NATS, the coordinator and its database.
+# /metrics, /healthz and /readyz (QUOTA_HTTP_ADDR); on every interface so a scraper can reach it.
+ENV QUOTA_HTTP_ADDR=0.0.0.0:9464
+EXPOSE 9464
+# Healthy while /readyz answers 200: connected to NATS, Postgres answering (no curl in the image).
 HEALTHCHECK --interval=5s --timeout=10s --start-period=30s --retries=5 \
-  CMD node bin/quota-coordinator.js usage healthcheck > /dev/null || exit 1
+  CMD node -e "fetch('http://127.0.0.1:9464/readyz').then((r) => process.exit(r.status === 200 ? 0 : 1), () => process.exit(1))"
 # serve drains on SIGTERM (docker stop) and exits 0.
 STOPSIGNAL SIGTERM
 CMD ["node", "bin/quota-coordinator.js", "serve"]

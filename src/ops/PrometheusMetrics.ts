@@ -112,8 +112,11 @@ const indexer = (values: ReadonlyArray<string>, fallback: number): ((value: stri
  */
 const countedCounter = (
   counter: Counter<string>,
-  cellLabels: ReadonlyArray<Record<string, string>>
+  cellLabels: ReadonlyArray<Record<string, string>>,
+  /** Show every cell at 0 from the start (a short, configured list: meters, plans). */
+  zeroed = false
 ): Float64Array => {
+  if (zeroed) for (const labels of cellLabels) counter.inc(labels, 0)
   const counts = new Float64Array(cellLabels.length)
   const reported = new Float64Array(cellLabels.length)
   ;(counter as unknown as { collect: () => void }).collect = () => {
@@ -254,7 +257,8 @@ export const makePrometheusMetrics = (options: PrometheusMetricsOptions): Promet
       help: "Group commits that failed (Postgres away, a fenced epoch): their commands were answered unavailable.",
       registers: [registry]
     }),
-    [{}]
+    [{}],
+    true
   )
   const holdsExpired = countedCounter(
     new Counter({
@@ -263,7 +267,8 @@ export const makePrometheusMetrics = (options: PrometheusMetricsOptions): Promet
       labelNames: ["meter"],
       registers: [registry]
     }),
-    meterLabels.map((meter) => ({ meter }))
+    meterLabels.map((meter) => ({ meter })),
+    true
   )
   const slotsBusy = countedCounter(
     new Counter({
@@ -272,7 +277,8 @@ export const makePrometheusMetrics = (options: PrometheusMetricsOptions): Promet
       labelNames: ["plan"],
       registers: [registry]
     }),
-    planLabels.map((plan) => ({ plan }))
+    planLabels.map((plan) => ({ plan })),
+    true
   )
   const fencedWrites = countedCounter(
     new Counter({
@@ -280,7 +286,8 @@ export const makePrometheusMetrics = (options: PrometheusMetricsOptions): Promet
       help: "Writes refused because this process no longer owned a partition they touched (epoch fence).",
       registers: [registry]
     }),
-    [{}]
+    [{}],
+    true
   )
 
   let sources: GaugeSources = {

@@ -200,13 +200,14 @@ const decodeAdmin = (op: AdminCommand["op"], raw: WireObject): AdminCommand => {
     case "get_usage":
       return { op, user: user(raw) }
     case "list_holds": {
+      const listed = user(raw)
       const state = fieldOf(raw, "state") ?? "pending"
       if (typeof state !== "string" || !holdListStates.has(state))
         return fail("state", "must be pending, closed or all")
       const limit = fieldOf(raw, "limit")
       return {
         op,
-        user: user(raw),
+        user: listed,
         state: state as HoldListState,
         limit: limit === undefined ? holdListLimitDefault : integerIn(limit, "limit", 1, holdListLimitMax)
       }

@@ -76,7 +76,7 @@ describe("quota-coordinator demo", () => {
   it("refuses an argument it does not know", async () => {
     const run = await runDemo({}, ["--fast"])
     expect(run.code).toBe(2)
-    expect(run.stderr).toContain("unknown argument: --fast")
+    expect(run.stderr).toContain("Unknown option '--fast'")
   })
 })
 

@@ -22,6 +22,7 @@ import { checkDatabase } from "../support/databaseChecks.js"
 import type { TestDatabase } from "../support/processes.js"
 import { createTestDatabase, randomPrefix, stopServe } from "../support/processes.js"
 import { requestUntilDecided } from "../support/wire.js"
+import { sample, scrape } from "../support/operations.js"
 import type { HoldingProxy } from "./holdingProxy.js"
 import { startHoldingProxy } from "./holdingProxy.js"
 import type { Member, OwnerRow } from "./cluster.js"
@@ -263,6 +264,10 @@ const scenario = async (moment: Moment, seed: number, cleanup: Array<() => Promi
   const fencedWrites = afterLog.filter(
     (entry) => entry.msg === "write failed" && /PartitionsFenced|superseded/.test(JSON.stringify(entry))
   ).length
+  // The same refusals as its metric counts them (per group commit).
+  const frozenPort = frozen.serve.httpPort()
+  const fencedMetric =
+    frozenPort === undefined ? undefined : sample(await scrape(frozenPort), "quota_fenced_writes_total")
   const takenPartitions = new Set(taken.map((row) => row.partition))
   const stepDownTime = (partition: number): number =>
     stepDowns.find((entry) => (entry["partitions"] as Array<number>).includes(partition))?.time ?? Infinity
@@ -304,7 +309,8 @@ const scenario = async (moment: Moment, seed: number, cleanup: Array<() => Promi
     (takenAfterMs === undefined
       ? `NOT taken over within ${takeoverBoundMs} ms (${taken.length} of ${held.length} were); `
       : `taken over ${takenAfterMs} ms after the SIGSTOP (lease ${leaseMs} ms); `) +
-    `resumed after ${resumedAt - stoppedAt} ms; its fenced writes after resume: ${fencedWrites}; ` +
+    `resumed after ${resumedAt - stoppedAt} ms; its fenced writes after resume: ${fencedWrites} ` +
+    `(quota_fenced_writes_total ${String(fencedMetric)}); ` +
     `its answers between the resume and its step-down for partitions taken from it, besides unavailable ` +
     `(grants among them were written before the freeze): ${JSON.stringify(Object.fromEntries(staleAnswers))}; ` +
     `first step-down ${Math.min(...stepDowns.map((entry) => entry.time)) - resumedAt} ms after the resume; ` +
@@ -334,6 +340,10 @@ const scenario = async (moment: Moment, seed: number, cleanup: Array<() => Promi
     `partitions taken over that the resumed process never logged stepping down from:\n${withoutDecisions(frozen.serve.output())}`
   ).toEqual([])
   expect(stillOwned).toEqual([])
+  // A write the fence refused moved the metric (it counts group commits, a log line is an actor's write,
+  // and a group whose actors were all dropped meanwhile logs nothing: so only this direction is exact).
+  expect(fencedMetric, summary).toBeDefined()
+  if (fencedWrites > 0) expect(fencedMetric, summary).toBeGreaterThan(0)
   expect(reclaimedBeforeStepDown).toEqual([])
   expect(report.granted).toBeGreaterThan(200)
   expect(report.refused).toBeGreaterThan(50)

@@ -12,7 +12,9 @@ import type { Fence, FencedEpoch } from "../../src/store/Fence.js"
 import { migrate } from "../../src/store/postgres/migrate.js"
 import { makeOwnershipQueries } from "../../src/store/postgres/ownership.js"
 import { makePostgresStore } from "../../src/store/postgres/PostgresStore.js"
+import { makePrometheusMetrics } from "../../src/ops/PrometheusMetrics.js"
 import { acquireScoped, createTestSchema } from "../support/database.js"
+import { parseMetrics, sample } from "../support/operations.js"
 
 const database = createTestSchema("fence")
 afterAll(() => database.drop())
@@ -54,7 +56,10 @@ describe.each([false, true])("fenced writes (pipelined: %s)", (pipelined) => {
       epochOf: (candidate) => epochs.get(candidate),
       superseded: (partitionsLost) => lost.push(...partitionsLost)
     }
-    const opened = await acquireScoped(makePostgresStore({ pool, schema, partitions, fence, pipelined }))
+    const metrics = makePrometheusMetrics({ meters: ["analysis"], plans: ["free"], processMetrics: false })
+    const opened = await acquireScoped(
+      makePostgresStore({ pool, schema, partitions, fence, pipelined, metrics: metrics.recorder })
+    )
 
     expect(
       Result.isSuccess(await Effect.runPromise(Effect.result(opened.value.write([holdEvent(user, "first")]))))
@@ -74,6 +79,11 @@ describe.each([false, true])("fenced writes (pipelined: %s)", (pipelined) => {
     expect(Result.isFailure(unowned)).toBe(true)
     const rows = await pool.query(`select id from "${schema}".holds order by id`)
     expect(rows.rows.map((row) => row.id)).toEqual(["first"])
+    // The store counts what the fence refused, where it refused it: both refusals, and three commits.
+    const counted = parseMetrics((await metrics.scrape()).body)
+    expect(sample(counted, "quota_fenced_writes_total")).toBe(2)
+    expect(sample(counted, "quota_store_commit_duration_seconds_count")).toBe(3)
+    expect(sample(counted, "quota_store_commits_failed_total")).toBe(2)
     await opened.close()
     await pool.end()
   })

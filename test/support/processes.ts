@@ -49,12 +49,15 @@ export interface ServeProcess {
   /** Everything it wrote, for a failure message. */
   readonly output: () => string
   readonly exited: Promise<number | null>
+  /** The port of its /metrics, /healthz, /readyz (it binds any free one), once it logged it. */
+  readonly httpPort: () => number | undefined
 }
 
 /** `readyWhen`: a log message that means serving; default the first claim of partitions. */
 export const startServe = (env: Record<string, string>, readyWhen = "claimed partitions"): ServeProcess => {
   const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", "serve"], {
-    env: { ...process.env, LOG_LEVEL: "info", ...env },
+    // Several processes run at once: each binds any free port for its HTTP endpoint, and logs it.
+    env: { ...process.env, LOG_LEVEL: "info", QUOTA_HTTP_ADDR: "127.0.0.1:0", ...env },
     stdio: ["ignore", "pipe", "pipe"]
   })
   let output = ""
@@ -69,7 +72,11 @@ export const startServe = (env: Record<string, string>, readyWhen = "claimed par
   child.stdout?.on("data", onData)
   child.stderr?.on("data", onData)
   const exited = once(child, "exit").then(([code]) => code as number | null)
-  return { child, ready, output: () => output, exited }
+  const httpPort = () => {
+    const match = /"address":"127\.0\.0\.1:(\d+)","msg":"operations http listening/.exec(output)
+    return match === null ? undefined : Number(match[1])
+  }
+  return { child, ready, output: () => output, exited, httpPort }
 }
 
 export const stopServe = async (

@@ -18,7 +18,8 @@ describe("readSettings", () => {
       dataDir: ".data",
       logLevel: "info",
       fairness: { enabled: true, slotOverrides: {}, snoozeBaseMs: 30_000, snoozeJitterMs: 10_000 },
-      partitionLeaseMs: 6_000
+      partitionLeaseMs: 6_000,
+      httpAddress: { host: "127.0.0.1", port: 9464 }
     })
   })
 
@@ -39,7 +40,8 @@ describe("readSettings", () => {
         FAIRNESS_ENTERPRISE_LIMIT: "10",
         FAIRNESS_SNOOZE_DURATION: "2m",
         FAIRNESS_SNOOZE_JITTER: "500ms",
-        QUOTA_LEASE_MS: "2500"
+        QUOTA_LEASE_MS: "2500",
+        QUOTA_HTTP_ADDR: "0.0.0.0:9100"
       })
     ).toEqual({
       natsUrl: "nats://a:4222,nats://b:4222",
@@ -55,8 +57,19 @@ describe("readSettings", () => {
         snoozeBaseMs: 120_000,
         snoozeJitterMs: 500
       },
-      partitionLeaseMs: 2_500
+      partitionLeaseMs: 2_500,
+      httpAddress: { host: "0.0.0.0", port: 9100 }
     })
+  })
+
+  it.each([
+    ["off", undefined],
+    ["OFF", undefined],
+    ["[::1]:9464", { host: "::1", port: 9464 }],
+    ["localhost:0", { host: "localhost", port: 0 }],
+    ["metrics.internal:65535", { host: "metrics.internal", port: 65_535 }]
+  ])("reads QUOTA_HTTP_ADDR=%s", async (value, address) => {
+    expect((await read({ QUOTA_HTTP_ADDR: value })).httpAddress).toEqual(address)
   })
 
   it("treats an empty variable as unset", async () => {
@@ -78,7 +91,12 @@ describe("readSettings", () => {
     ["FAIRNESS_SNOOZE_JITTER", "-5s"],
     ["QUOTA_LEASE_MS", "999"],
     ["QUOTA_LEASE_MS", "600001"],
-    ["FAIRNESS_SNOOZE_DURATION", "25h"]
+    ["FAIRNESS_SNOOZE_DURATION", "25h"],
+    ["QUOTA_HTTP_ADDR", "9464"],
+    ["QUOTA_HTTP_ADDR", "127.0.0.1"],
+    ["QUOTA_HTTP_ADDR", "127.0.0.1:65536"],
+    ["QUOTA_HTTP_ADDR", "::1:9464"],
+    ["QUOTA_HTTP_ADDR", "http://127.0.0.1:9464"]
   ])("refuses %s=%s naming the variable", async (variable, value) => {
     const error = await refusal({ [variable]: value })
     expect(error._tag).toBe("SettingsInvalid")

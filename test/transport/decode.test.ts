@@ -123,6 +123,30 @@ describe("decodeCommand: valid commands and their defaults", () => {
       "admin",
       { ...setLimit, limit: null },
       { ...setLimit, limit: null }
+    ],
+    [
+      "list_holds: state pending and limit 100 by default",
+      "admin",
+      { op: "list_holds", user: "u" },
+      { op: "list_holds", user: "u", state: "pending", limit: 100 }
+    ],
+    [
+      "list_holds: null state and limit are absent",
+      "admin",
+      { op: "list_holds", user: "u", state: null, limit: null },
+      { op: "list_holds", user: "u", state: "pending", limit: 100 }
+    ],
+    [
+      "list_holds: closed, limit at its bounds (min)",
+      "admin",
+      { op: "list_holds", user: "u", state: "closed", limit: 1 },
+      { op: "list_holds", user: "u", state: "closed", limit: 1 }
+    ],
+    [
+      "list_holds: all, limit at its bounds (max)",
+      "admin",
+      { op: "list_holds", user: "u", state: "all", limit: 1_000 },
+      { op: "list_holds", user: "u", state: "all", limit: 1_000 }
     ]
   ]
   it.each(rows)("%s", (_name, kind, input, expected) => {
@@ -151,6 +175,13 @@ describe("decodeCommand: each rule's error", () => {
     ["ops", { op: "RESERVE", user: "u" }, 'op: unknown operation "RESERVE"'],
     ["ops", { op: "set_plan", user: "u", plan: "pro" }, "op: set_plan is sent to .admin, not .ops"],
     ["admin", reserve, "op: reserve is sent to .ops, not .admin"],
+    ["ops", { op: "list_holds", user: "u" }, "op: list_holds is sent to .admin, not .ops"],
+    ["admin", { op: "list_holds", user: "" }, "user: must not be empty"],
+    ["admin", { op: "list_holds", user: "u", state: "open" }, "state: must be pending, closed or all"],
+    ["admin", { op: "list_holds", user: "u", state: 1 }, "state: must be pending, closed or all"],
+    ["admin", { op: "list_holds", user: "u", limit: 0 }, "limit: must be an integer from 1 to 1000"],
+    ["admin", { op: "list_holds", user: "u", limit: 1_001 }, "limit: must be an integer from 1 to 1000"],
+    ["admin", { op: "list_holds", user: "u", limit: 2.5 }, "limit: must be an integer from 1 to 1000"],
     ["ops", { ...reserve, user: undefined }, "user: required"],
     ["ops", { ...reserve, user: 5 }, "user: must be a string"],
     ["ops", { ...reserve, user: "" }, "user: must not be empty"],
