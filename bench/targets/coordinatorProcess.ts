@@ -48,7 +48,14 @@ export interface CoordinatorProcess {
 const startTimeoutMs = 60_000
 const probeUser = "bench-probe"
 
-export const startCoordinator = async (root: string): Promise<CoordinatorProcess> => {
+/**
+ * `env` is laid over the bench's own settings (a variant, e.g. `QUOTA_HTTP_ADDR=off`). By default the
+ * coordinator runs as deployed: its /metrics endpoint on (on a port the OS picks).
+ */
+export const startCoordinator = async (
+  root: string,
+  env: Readonly<Record<string, string>> = {}
+): Promise<CoordinatorProcess> => {
   const tag = randomBytes(4).toString("hex")
   const prefix = `bench_${tag}`
   const database = `bench_quota_${tag}`
@@ -75,7 +82,9 @@ export const startCoordinator = async (root: string): Promise<CoordinatorProcess
         QUOTA_PREFIX: prefix,
         QUOTA_PARTITIONS: String(partitions),
         QUOTA_CONFIG: configPath,
-        LOG_LEVEL: "warn"
+        QUOTA_HTTP_ADDR: "127.0.0.1:0",
+        LOG_LEVEL: "warn",
+        ...env
       },
       stdio: ["ignore", "pipe", "pipe"]
     }
