@@ -90,7 +90,7 @@ const operatorSubcommand = (
       const outcome = await runOperatorRequest(
         () =>
           QuotaClient.connect({
-            servers: settings.natsUrl.split(",").map((server) => server.trim()),
+            env: io.env,
             prefix: settings.prefix,
             partitions: settings.partitions,
             timeoutMs: clientRequestTimeoutMs,

@@ -20,6 +20,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Context, Effect, Exit, Layer, Scope } from "effect"
 import { parseDurationMs } from "../config/settings.js"
+import { natsConnectionVariables, redactUrls } from "../config/natsConnection.js"
 import type { Config } from "../domain/config.js"
 import { planLimit, planNamed } from "../domain/config.js"
 import { partitionOf } from "../domain/partition.js"
@@ -115,14 +116,19 @@ const ignoredVariables = [
 
 const start = (env: NodeJS.ProcessEnv, scope: Scope.Scope, logStream: NodeJS.WritableStream) =>
   Effect.gen(function* () {
-    const natsUrl = env["NATS_URL"]?.trim() || "nats://127.0.0.1:4222"
+    // NATS as configured (URL, credentials, TLS); everything else is the demo's own.
+    const natsEnvironment = Object.fromEntries(
+      Object.values(natsConnectionVariables).flatMap((variable) =>
+        env[variable] === undefined ? [] : [[variable, env[variable]]]
+      )
+    )
     const prefix = `quota-demo-${randomBytes(4).toString("hex")}`
     const directory = yield* Effect.acquireRelease(
       Effect.promise(() => mkdtemp(join(tmpdir(), "quota-demo-"))),
       (path) => Effect.promise(() => rm(path, { recursive: true, force: true }))
     )
     const { settings, config } = yield* loadSettingsAndConfig({
-      NATS_URL: natsUrl,
+      ...natsEnvironment,
       LOG_LEVEL: env["LOG_LEVEL"]?.trim() || "warn",
       QUOTA_PREFIX: prefix,
       QUOTA_DATA_DIR: directory
@@ -132,7 +138,7 @@ const start = (env: NodeJS.ProcessEnv, scope: Scope.Scope, logStream: NodeJS.Wri
     const [probe, database] = yield* Effect.all(
       [
         Effect.acquireRelease(
-          Effect.promise(() => probeNats(natsUrl, 1_000)),
+          Effect.promise(() => probeNats(settings.nats, 1_000)),
           (connection) =>
             "reason" in connection
               ? Effect.void
@@ -153,7 +159,7 @@ const start = (env: NodeJS.ProcessEnv, scope: Scope.Scope, logStream: NodeJS.Wri
     if (onNats) {
       yield* Layer.build(serveLayers(settings, config, logger, target, undefined))
       wire = natsWire(probe)
-      transport = `NATS at ${natsUrl}, subjects ${prefix}.v1.{0..${settings.partitions - 1}}.ops`
+      transport = `NATS at ${redactUrls(settings.nats.servers.join(","))}, subjects ${prefix}.v1.{0..${settings.partitions - 1}}.ops`
     } else {
       const store = storeLayerFor(settings, target)
       const coordinator = coordinatorLayerFor(config, logger, settings.partitions, undefined).pipe(
@@ -164,7 +170,7 @@ const start = (env: NodeJS.ProcessEnv, scope: Scope.Scope, logStream: NodeJS.Wri
       )
       const context = yield* Layer.build(layer)
       wire = localWire(Context.get(context, LocalTransport))
-      transport = `in-process (no NATS at ${natsUrl}: ${probe.reason}); same request handler as the NATS service`
+      transport = `in-process (no NATS at ${redactUrls(settings.nats.servers.join(","))}: ${probe.reason}); same request handler as the NATS service`
     }
     return {
       wire,

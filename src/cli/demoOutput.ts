@@ -1,8 +1,9 @@
 /** Output helpers of the demo and how it sends wire messages (NATS or the in-process transport). */
-import { connect } from "@nats-io/transport-node"
 import type { NatsConnection } from "@nats-io/transport-node"
+import { Effect, Result } from "effect"
+import type { NatsConnectionSettings } from "../config/natsConnection.js"
+import { connectNats } from "../transport/natsConnect.js"
 import type { LocalTransportShape } from "../transport/LocalTransport.js"
-import { reasonOf } from "../transport/errors.js"
 
 // ---------------------------------------------------------------------------------------------------
 // Output
@@ -63,19 +64,15 @@ export const localWire = (transport: Pick<LocalTransportShape, "request">): Wire
   }
 })
 
-/** NATS at `servers` if it answers within `timeoutMs`, else the reason it did not. */
+/** NATS as configured if it answers within `timeoutMs`, else the reason it did not. */
 export const probeNats = async (
-  servers: string,
+  settings: NatsConnectionSettings,
   timeoutMs: number
 ): Promise<NatsConnection | { reason: string }> => {
-  try {
-    return await connect({
-      servers: servers.split(",").map((server) => server.trim()),
-      name: "quota-coordinator-demo",
-      timeout: timeoutMs,
-      reconnect: false
-    })
-  } catch (cause) {
-    return { reason: reasonOf(cause) }
-  }
+  const connected = await Effect.runPromise(
+    Effect.result(
+      connectNats(settings, { name: "quota-coordinator-demo", timeout: timeoutMs, reconnect: false })
+    )
+  )
+  return Result.isSuccess(connected) ? connected.success : { reason: connected.failure.message }
 }

@@ -14,6 +14,7 @@ import type { Fence } from "../store/Fence.js"
 import { makeOwnershipQueries } from "../store/postgres/ownership.js"
 import { loadConfig } from "../config/configFile.js"
 import type { Settings } from "../config/settings.js"
+import { describeConnection } from "../config/natsConnection.js"
 import { readSettings } from "../config/settings.js"
 import type { Config } from "../domain/config.js"
 import type { StoreEvent } from "../domain/events.js"
@@ -221,7 +222,7 @@ export const serve = (
       {
         prefix: settings.prefix,
         partitions: settings.partitions,
-        nats: settings.natsUrl,
+        nats: describeConnection(settings.nats),
         database: target.embedded ? "embedded" : "DATABASE_URL",
         serviceId: server.serviceId,
         owner: ownership?.owner ?? "all partitions (embedded database)"

@@ -4,9 +4,16 @@
  * partition, coalesced into batch messages and retried when the protocol says a retry is safe (see
  * CommandDispatcher). Helpers `withHold` and `withSlot` run work under a hold or in a slot.
  */
-import { connect } from "@nats-io/transport-node"
-import type { NatsConnection } from "@nats-io/transport-node"
-import { Effect } from "effect"
+import type { ConnectionOptions, NatsConnection } from "@nats-io/transport-node"
+import { Cause, Effect } from "effect"
+import type { NatsConnectionSettings } from "../config/natsConnection.js"
+import {
+  checkNatsConnectionSettings,
+  natsUrlDefault,
+  readNatsConnectionSettings
+} from "../config/natsConnection.js"
+import type { Environment, SettingsInvalid } from "../config/SettingsInvalid.js"
+import { connectNats } from "../transport/natsConnect.js"
 import { partitionOf } from "../domain/partition.js"
 import type { Result } from "../domain/results.js"
 import type { ClientCounters } from "./CommandDispatcher.js"
@@ -43,12 +50,60 @@ import { withHold } from "./withHold.js"
 import type { SlotInput, SlotWork } from "./withSlot.js"
 import { withSlot } from "./withSlot.js"
 
+/**
+ * How to reach NATS: the same things `serve` and the CLI read from NATS_URL, NATS_USER, NATS_PASSWORD,
+ * NATS_TOKEN, NATS_CREDS, NATS_NKEY, NATS_CA, NATS_CERT and NATS_KEY (PROTOCOL.md "Connecting and
+ * permissions"), as options; with `env` the variables fill in what the options leave out.
+ */
 export interface QuotaClientConnectOptions extends QuotaClientOptions {
-  /** NATS server URLs; default the NATS client's default (127.0.0.1:4222). Ignored when `nc` is given. */
+  /** NATS server URLs (comma-separated in one string, or a list); default nats://127.0.0.1:4222. */
   readonly servers?: string | ReadonlyArray<string>
-  /** An existing connection to use; the client then leaves it open on `close`. */
+  /** An existing connection to use; the client then leaves it open on `close`. The rest is ignored. */
   readonly nc?: NatsConnection
+  /** Read NATS_* from this environment (e.g. `process.env`) for whatever the options leave out. */
+  readonly env?: Environment
+  readonly user?: string
+  readonly password?: string
+  readonly token?: string
+  /** A .creds file (user JWT and nkey seed). */
+  readonly credsFile?: string
+  /** A file holding an nkey seed. */
+  readonly nkeyFile?: string
+  /** TLS: the CA that signs the server's certificate. */
+  readonly caFile?: string
+  /** TLS: a client certificate and its key, for mutual TLS. */
+  readonly certFile?: string
+  readonly keyFile?: string
+  /** Any other nats.js connection option, passed through and applied last. */
+  readonly connectionOptions?: Partial<ConnectionOptions>
 }
+
+const authenticationKeys = ["user", "password", "token", "credsFile", "nkeyFile"] as const
+const tlsKeys = ["caFile", "certFile", "keyFile"] as const
+
+/**
+ * The connection settings of `options`, over those of `options.env`: servers and TLS files field by
+ * field; authentication as a whole (one way to authenticate in the options replaces the environment's).
+ */
+export const connectionSettingsOf = (
+  options: QuotaClientConnectOptions
+): Effect.Effect<NatsConnectionSettings, SettingsInvalid> =>
+  Effect.gen(function* () {
+    const fromEnv: NatsConnectionSettings =
+      options.env === undefined
+        ? { servers: [natsUrlDefault] }
+        : yield* readNatsConnectionSettings(options.env)
+    const settings: Record<string, unknown> = { ...fromEnv }
+    if (authenticationKeys.some((key) => options[key] !== undefined))
+      for (const key of authenticationKeys) delete settings[key]
+    for (const key of [...authenticationKeys, ...tlsKeys])
+      if (options[key] !== undefined) settings[key] = options[key]
+    if (options.servers !== undefined)
+      settings["servers"] = (
+        typeof options.servers === "string" ? options.servers.split(",") : [...options.servers]
+      ).map((server) => server.trim())
+    return yield* checkNatsConnectionSettings(settings as unknown as NatsConnectionSettings)
+  })
 
 type SubjectKind = "ops" | "admin"
 
@@ -91,16 +146,26 @@ const lift =
     Effect.tryPromise({ try: () => call(input), catch: toQuotaClientError })
 
 export class QuotaClient {
-  /** Connects to NATS (or adopts `options.nc`) and returns a client. */
+  /**
+   * Connects to NATS (or adopts `options.nc`) and returns a client. Rejects with `SettingsInvalid`
+   * (a setting or file that cannot be used, naming the variable and path) or `NatsConnectFailed`
+   * (the servers, redacted, and why: refused credentials, TLS, unreachable).
+   */
   static async connect(options: QuotaClientConnectOptions = {}): Promise<QuotaClient> {
     if (options.nc !== undefined) return new QuotaClient(options.nc, options)
-    const servers = typeof options.servers === "string" ? [options.servers] : options.servers
-    const nc = await connect({
-      ...(servers === undefined ? {} : { servers: [...servers] }),
-      name: "quota-client",
-      // Async traces build two Errors with stacks per request: at high rates a large share of the
-      // client's CPU. Our errors name the subject and op instead.
-      noAsyncTraces: true
+    const nc = await Effect.runPromise(
+      Effect.flatMap(connectionSettingsOf(options), (settings) =>
+        connectNats(settings, {
+          name: "quota-client",
+          // Async traces build two Errors with stacks per request: at high rates a large share of the
+          // client's CPU. Our errors name the subject and op instead.
+          noAsyncTraces: true,
+          ...options.connectionOptions
+        })
+      )
+    ).catch((error: unknown) => {
+      // Effect wraps a failure for a Promise; the caller gets the error itself.
+      throw Cause.isCause(error) ? Cause.squash(error) : error
     })
     return new QuotaClient(nc, options, true)
   }

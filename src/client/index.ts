@@ -16,6 +16,9 @@ export {
   SlotNotGranted
 } from "./errors.js"
 export type { QuotaClientError, RetryReason } from "./errors.js"
+/** What `QuotaClient.connect` rejects with: a setting or file that cannot be used, or a refused connection. */
+export { SettingsInvalid } from "../config/SettingsInvalid.js"
+export { NatsConnectFailed } from "../transport/errors.js"
 export type * from "./types.js"
 export type { HoldInput, HoldWork, HoldWorkDone, HoldWorkOutcome } from "./withHold.js"
 export type { SlotInput, SlotWork } from "./withSlot.js"

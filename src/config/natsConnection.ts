@@ -24,8 +24,8 @@ import {
   usernamePasswordAuthenticator
 } from "@nats-io/transport-node"
 import { Effect } from "effect"
-import { SettingsInvalid } from "./settings.js"
-import type { Environment } from "./settings.js"
+import { SettingsInvalid } from "./SettingsInvalid.js"
+import type { Environment } from "./SettingsInvalid.js"
 
 /** The connection as configured; files are named here and read by `connectionOptions`. */
 export interface NatsConnectionSettings {
@@ -83,7 +83,9 @@ const valueOf = (env: Environment, variable: string): string | undefined => {
   return value === undefined || value.trim() === "" ? undefined : value.trim()
 }
 
-const checkServers = (servers: ReadonlyArray<string>): Effect.Effect<ReadonlyArray<string>, SettingsInvalid> =>
+const checkServers = (
+  servers: ReadonlyArray<string>
+): Effect.Effect<ReadonlyArray<string>, SettingsInvalid> =>
   servers.length > 0 && servers.every((server) => server !== "" && !/\s/.test(server))
     ? Effect.succeed(servers)
     : Effect.fail(
@@ -94,14 +96,19 @@ const checkServers = (servers: ReadonlyArray<string>): Effect.Effect<ReadonlyArr
       )
 
 /** Refuses combinations that cannot mean one thing: two ways to authenticate, half a pair. */
-const checkCombination = (settings: NatsConnectionSettings): Effect.Effect<NatsConnectionSettings, SettingsInvalid> => {
+const checkCombination = (
+  settings: NatsConnectionSettings
+): Effect.Effect<NatsConnectionSettings, SettingsInvalid> => {
   if (settings.user !== undefined && settings.password === undefined)
     return Effect.fail(invalid("NATS_PASSWORD", "is required with NATS_USER"))
   if (settings.password !== undefined && settings.user === undefined)
     return Effect.fail(invalid("NATS_USER", "is required with NATS_PASSWORD"))
   if ((settings.certFile === undefined) !== (settings.keyFile === undefined))
     return Effect.fail(
-      invalid(settings.certFile === undefined ? "NATS_CERT" : "NATS_KEY", "NATS_CERT and NATS_KEY go together")
+      invalid(
+        settings.certFile === undefined ? "NATS_CERT" : "NATS_KEY",
+        "NATS_CERT and NATS_KEY go together"
+      )
     )
   const ways = [
     settings.user === undefined ? undefined : "NATS_USER/NATS_PASSWORD",

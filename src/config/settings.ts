@@ -3,7 +3,11 @@
  * tests hand a plain object and nothing here reads globals. Every bad value fails with the variable's
  * name; an empty variable counts as unset (`QUOTA_CONFIG=` in a compose file means "no file").
  */
-import { Data, Effect } from "effect"
+import { Effect } from "effect"
+import type { NatsConnectionSettings } from "./natsConnection.js"
+import { readNatsConnectionSettings } from "./natsConnection.js"
+import type { Environment } from "./SettingsInvalid.js"
+import { SettingsInvalid } from "./SettingsInvalid.js"
 import {
   partitionLeaseMsDefault,
   partitionLeaseMsMax,
@@ -11,7 +15,8 @@ import {
   partitionsMax
 } from "../domain/limits.js"
 
-export type Environment = Readonly<Record<string, string | undefined>>
+export type { Environment } from "./SettingsInvalid.js"
+export { SettingsInvalid } from "./SettingsInvalid.js"
 
 export type LogLevel = "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent"
 
@@ -28,7 +33,8 @@ export interface FairnessSettings {
 }
 
 export interface Settings {
-  readonly natsUrl: string
+  /** NATS_URL and the connection's authentication and TLS (src/config/natsConnection.ts). */
+  readonly nats: NatsConnectionSettings
   /** Unset: an embedded database under `dataDir`. */
   readonly databaseUrl: string | undefined
   /** Path of the meters-and-plans JSON file; unset: the built-in default configuration. */
@@ -50,18 +56,7 @@ export interface HttpAddress {
   readonly port: number
 }
 
-/** A setting that cannot be used; `variable` names the environment variable. */
-export class SettingsInvalid extends Data.TaggedError("SettingsInvalid")<{
-  readonly variable: string
-  readonly reason: string
-}> {
-  override get message(): string {
-    return `${this.variable}: ${this.reason}`
-  }
-}
-
 export const settingsDefaults = {
-  natsUrl: "nats://127.0.0.1:4222",
   prefix: "quota",
   partitions: 64,
   dataDir: ".data",
@@ -132,17 +127,6 @@ const readBoolean = (env: Environment, variable: string, fallback: boolean) => {
   return invalid(variable, `must be true or false, got ${JSON.stringify(text)}`)
 }
 
-const readNatsUrl = (env: Environment) => {
-  const text = valueOf(env, "NATS_URL") ?? settingsDefaults.natsUrl
-  // nats.js accepts a comma-separated list of servers; each must at least be a host.
-  return text.split(",").every((server) => server.trim() !== "" && !/\s/.test(server.trim()))
-    ? Effect.succeed(text)
-    : invalid(
-        "NATS_URL",
-        `must be a server URL or a comma-separated list of them, got ${JSON.stringify(text)}`
-      )
-}
-
 /** `host:port`, `[ipv6]:port` or `off`. */
 export const parseHttpAddress = (text: string): HttpAddress | "off" | undefined => {
   if (text.toLowerCase() === "off") return "off"
@@ -193,7 +177,7 @@ const readSlotOverrides = (env: Environment) =>
 /** Reads every setting, failing on the first bad one with its variable's name. */
 export const readSettings = (env: Environment): Effect.Effect<Settings, SettingsInvalid> =>
   Effect.gen(function* () {
-    const natsUrl = yield* readNatsUrl(env)
+    const nats = yield* readNatsConnectionSettings(env)
     const prefix = yield* readPrefix(env)
     const partitions = yield* readInteger(
       env,
@@ -216,7 +200,7 @@ export const readSettings = (env: Environment): Effect.Effect<Settings, Settings
     )
     const httpAddress = yield* readHttpAddress(env)
     return {
-      natsUrl,
+      nats,
       databaseUrl: valueOf(env, "DATABASE_URL"),
       configPath: valueOf(env, "QUOTA_CONFIG"),
       prefix,

@@ -8,7 +8,7 @@
  * The reply is sent when the last result arrives. Whatever goes wrong after that point (a defect, an
  * interruption at shutdown) answers the affected commands `unavailable`: never silence.
  */
-import { connect, Empty, headers, nuid } from "@nats-io/transport-node"
+import { Empty, headers, nuid } from "@nats-io/transport-node"
 import type { Msg, Subscription } from "@nats-io/transport-node"
 import { Context, Effect, Layer, Scope } from "effect"
 import { Coordinator } from "../actors/Coordinator.js"
@@ -28,13 +28,19 @@ import {
 import { NatsConnectFailed, NatsSubscribeFailed, PartitionOutOfRange, reasonOf } from "./errors.js"
 import type { Logger } from "./log.js"
 import { makeRequestHandler } from "./requestHandler.js"
+import { connectNats } from "./natsConnect.js"
+import type { NatsConnectionSettings } from "../config/natsConnection.js"
+import { redactUrl } from "../config/natsConnection.js"
+import type { SettingsInvalid } from "../config/SettingsInvalid.js"
 import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
 
 export type { WireResult } from "./requestHandler.js"
 
 export interface NatsServerOptions {
-  /** `NATS_URL`: one server URL or a comma-separated list. */
+  /** `NATS_URL`: one server URL or a comma-separated list (tests; `serve` gives `connection`). */
   readonly servers: string
+  /** The connection's servers, authentication and TLS (the environment's NATS_*); overrides `servers`. */
+  readonly connection?: NatsConnectionSettings
   readonly prefix: string
   readonly partitions: number
   readonly logger: Logger
@@ -57,7 +63,8 @@ export interface NatsServerOptions {
 
 /** The options `serve` derives from the environment's settings. */
 export const natsServerOptions = (settings: Settings, logger: Logger): NatsServerOptions => ({
-  servers: settings.natsUrl,
+  servers: settings.nats.servers.join(","),
+  connection: settings.nats,
   prefix: settings.prefix,
   partitions: settings.partitions,
   logger
@@ -103,23 +110,19 @@ const serviceErrorHeaders = (code: number, reason: string) => {
   return hdrs
 }
 
-const connectNats = (options: NatsServerOptions) =>
-  Effect.tryPromise({
-    try: () =>
-      connect({
-        servers: options.servers.split(",").map((server) => server.trim()),
-        name: "quota-coordinator",
-        // Keep trying through outages: the client resubscribes on reconnect.
-        maxReconnectAttempts: -1
-      }),
-    catch: (cause) => new NatsConnectFailed({ servers: options.servers, reason: reasonOf(cause), cause })
+const connectServer = (options: NatsServerOptions) =>
+  connectNats(options.connection ?? { servers: options.servers.split(",").map((server) => server.trim()) }, {
+    name: "quota-coordinator",
+    // Keep trying through outages: the client resubscribes on reconnect. An authorization error
+    // still ends the connection (nats.js gives up on it), which ends `serve` with the reason.
+    maxReconnectAttempts: -1
   })
 
 export const makeNatsServer = (
   options: NatsServerOptions
 ): Effect.Effect<
   NatsServerShape,
-  NatsConnectFailed | NatsSubscribeFailed | PartitionOutOfRange,
+  NatsConnectFailed | NatsSubscribeFailed | PartitionOutOfRange | SettingsInvalid,
   Coordinator | Scope.Scope
 > =>
   Effect.gen(function* () {
@@ -130,7 +133,7 @@ export const makeNatsServer = (
       ...(options.metrics === undefined ? {} : { metrics: options.metrics }),
       ...(options.messageBytesMax === undefined ? {} : { messageBytesMax: options.messageBytesMax })
     })
-    const nc = yield* Effect.acquireRelease(connectNats(options), (connection) =>
+    const nc = yield* Effect.acquireRelease(connectServer(options), (connection) =>
       Effect.promise(() => connection.close().catch(() => undefined))
     )
     const { logger, prefix, partitions } = options
@@ -305,7 +308,11 @@ export const makeNatsServer = (
         else if (status.type === "reconnect") connected = true
         if (status.type === "disconnect" || status.type === "reconnect" || status.type === "error") {
           logger.warn(
-            { status: status.type, server: "server" in status ? status.server : undefined },
+            {
+              status: status.type,
+              server: "server" in status ? redactUrl(status.server) : undefined,
+              error: status.type === "error" ? reasonOf(status.error) : undefined
+            },
             "nats status"
           )
         }
@@ -334,5 +341,8 @@ export const makeNatsServer = (
 
 export const natsServerLayer = (
   options: NatsServerOptions
-): Layer.Layer<NatsServer, NatsConnectFailed | NatsSubscribeFailed | PartitionOutOfRange, Coordinator> =>
-  Layer.effect(NatsServer, makeNatsServer(options))
+): Layer.Layer<
+  NatsServer,
+  NatsConnectFailed | NatsSubscribeFailed | PartitionOutOfRange | SettingsInvalid,
+  Coordinator
+> => Layer.effect(NatsServer, makeNatsServer(options))

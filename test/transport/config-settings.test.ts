@@ -10,7 +10,7 @@ const refusal = (env: Environment) => Effect.runPromise(Effect.flip(readSettings
 describe("readSettings", () => {
   it("applies the defaults to an empty environment", async () => {
     expect(await read({})).toEqual({
-      natsUrl: "nats://127.0.0.1:4222",
+      nats: { servers: ["nats://127.0.0.1:4222"] },
       databaseUrl: undefined,
       configPath: undefined,
       prefix: "quota",
@@ -44,7 +44,7 @@ describe("readSettings", () => {
         QUOTA_HTTP_ADDR: "0.0.0.0:9100"
       })
     ).toEqual({
-      natsUrl: "nats://a:4222,nats://b:4222",
+      nats: { servers: ["nats://a:4222", "nats://b:4222"] },
       databaseUrl: "postgres://x@y/z",
       configPath: "/etc/quota.json",
       prefix: "billing.quota",
