@@ -26,6 +26,10 @@ import { Store } from "../store/Store.js"
 import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
 import { Metrics, noMetrics } from "../ops/MetricsRecorder.js"
 import { startOperations } from "../ops/Operations.js"
+import type { EventPublisher } from "../events/EventPublisher.js"
+import { Outbox } from "../events/Outbox.js"
+import { OutboxCounts } from "../events/OutboxCounts.js"
+import { startEvents } from "../events/startEvents.js"
 import type { Logger } from "../transport/log.js"
 import { logExpiry, makeLogger } from "../transport/log.js"
 import type { NatsServerShape } from "../transport/NatsServer.js"
@@ -67,13 +71,16 @@ export const storeLayerFor = (
   settings: Settings,
   target: DatabaseTarget,
   fence?: Fence,
-  metrics?: MetricsRecorder
+  metrics?: MetricsRecorder,
+  outboxCounts?: OutboxCounts
 ) =>
   postgresStoreLayer({
     connectionString: target.connectionString,
     prefix: settings.prefix,
     partitions: settings.partitions,
+    recordEvents: settings.events.enabled,
     ...(metrics === undefined ? {} : { metrics }),
+    ...(outboxCounts === undefined ? {} : { outboxCounts }),
     ...(target.poolMax === undefined ? {} : { poolMax: target.poolMax }),
     // PGlite's single session is not known to take pipelined transactions; a real server does.
     pipelined: !target.embedded,
@@ -129,9 +136,16 @@ export const serveLayers = (
   logger: Logger,
   target: DatabaseTarget,
   ownership: OwnershipState | undefined,
-  metrics: MetricsRecorder = noMetrics
+  metrics: MetricsRecorder = noMetrics,
+  outboxCounts?: OutboxCounts
 ) => {
-  const store: Layer.Layer<Store, unknown> = storeLayerFor(settings, target, ownership?.fence, metrics)
+  const store: Layer.Layer<Store | Outbox, unknown> = storeLayerFor(
+    settings,
+    target,
+    ownership?.fence,
+    metrics,
+    outboxCounts
+  )
   const coordinator = coordinatorLayerFor(config, logger, settings.partitions, ownership).pipe(
     Layer.provideMerge(store),
     Layer.provide(Layer.succeed(Metrics, metrics))
@@ -151,6 +165,7 @@ const startOwnership = (
   ownership: OwnershipState,
   server: NatsServerShape,
   coordinator: CoordinatorShape,
+  publisher: EventPublisher | undefined,
   logger: Logger
 ) =>
   Effect.gen(function* () {
@@ -168,9 +183,13 @@ const startOwnership = (
       partitions: settings.partitions,
       leaseMs: settings.partitionLeaseMs,
       renewIntervalMs: Math.max(1, Math.floor(settings.partitionLeaseMs / 3)),
-      serve: (partitions) => server.servePartitions(partitions),
+      serve: (partitions) =>
+        Effect.andThen(server.servePartitions(partitions), publisher?.start(partitions) ?? Effect.void),
       stop: (partitions) =>
-        Effect.andThen(server.stopPartitions(partitions), coordinator.dropPartitions(partitions)),
+        Effect.andThen(
+          publisher?.stop(partitions) ?? Effect.void,
+          Effect.andThen(server.stopPartitions(partitions), coordinator.dropPartitions(partitions))
+        ),
       log: (message, fields) => logger.info({ owner: ownership.owner, ...fields }, message)
     }
     yield* Effect.forkScoped(runOwnership(options))
@@ -199,11 +218,24 @@ export const serve = (
     const target = yield* databaseTarget(settings, logger)
     // The embedded database is one process's by definition: it serves every partition, unfenced.
     const ownership = target.embedded ? undefined : makeOwnershipState()
+    const metrics = operations?.metrics.recorder ?? noMetrics
+    const outboxCounts = new OutboxCounts(settings.events.outboxPerPartitionMax)
     const context = yield* Layer.build(
-      serveLayers(settings, config, logger, target, ownership, operations?.metrics.recorder)
+      serveLayers(settings, config, logger, target, ownership, metrics, outboxCounts)
     )
     const server = Context.get(context, NatsServer)
     const coordinator = Context.get(context, Coordinator)
+    const publisher = yield* startEvents({
+      settings: settings.events,
+      prefix: settings.prefix,
+      connection: server.connection,
+      outbox: Context.get(context, Outbox),
+      counts: outboxCounts,
+      servable: ownership?.servable ?? (() => true),
+      metrics,
+      logger
+    })
+    if (publisher !== undefined) outboxCounts.listen(publisher.wake)
     if (operations !== undefined) {
       const store = Context.get(context, Store)
       operations.readiness.watchNats(server.connected)
@@ -211,13 +243,17 @@ export const serve = (
       operations.metrics.setGaugeSources({
         slotWaiters: coordinator.slotWaiters,
         actorsResident: coordinator.residentActors,
-        partitionsOwned: () => ownership?.epochs.size ?? server.servedPartitions().length
+        partitionsOwned: () => ownership?.epochs.size ?? server.servedPartitions().length,
+        eventsPending: () => outboxCounts.total()
       })
     }
+    // The embedded database is served whole by this process; scaled out, the ownership round starts
+    // each partition's publisher when it claims the partition.
+    if (ownership === undefined) yield* publisher?.start(server.servedPartitions()) ?? Effect.void
     const owning =
       ownership === undefined
         ? undefined
-        : yield* startOwnership(settings, target, ownership, server, coordinator, logger)
+        : yield* startOwnership(settings, target, ownership, server, coordinator, publisher, logger)
     logger.info(
       {
         prefix: settings.prefix,

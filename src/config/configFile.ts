@@ -9,7 +9,7 @@ import { readFile } from "node:fs/promises"
 import { Data, Effect } from "effect"
 import type { Config, Period, PlanConfig } from "../domain/config.js"
 import { defaultConfig, meterNamePattern } from "../domain/config.js"
-import { amountMax, identifierBytesMax } from "../domain/limits.js"
+import { amountMax, identifierBytesMax, thresholdsPerMeterMax } from "../domain/limits.js"
 import type { FairnessSettings, SeedPlan } from "./settings.js"
 
 /** The file cannot be read or does not fit the shape; `path` is where in the file (or the file itself). */
@@ -62,13 +62,32 @@ const parseMeters = (value: unknown): Config["meters"] => {
     const path = `meters.${name}`
     if (!meterNamePattern.test(name)) refuse(path, `meter name must match ${meterNamePattern.source}`)
     const fields = recordAt(meter, path)
-    onlyKeys(fields, path, ["period"])
+    onlyKeys(fields, path, ["period", "thresholds"])
     const period = fields["period"]
     if (!periods.includes(period as Period)) {
       refuse(`${path}.period`, `must be "month", "day" or "none", got ${JSON.stringify(period)}`)
     }
-    return { name, period: period as Period }
+    return fields["thresholds"] === undefined
+      ? { name, period: period as Period }
+      : {
+          name,
+          period: period as Period,
+          thresholds: parseThresholds(fields["thresholds"], `${path}.thresholds`)
+        }
   })
+}
+
+/** Fractions of the limit above 0 (above 1 for overage alerts), at most thresholdsPerMeterMax, distinct; ascending. */
+const parseThresholds = (value: unknown, path: string): ReadonlyArray<number> => {
+  if (!Array.isArray(value)) return refuse(path, "must be an array of numbers above 0, such as [0.8, 1]")
+  if (value.length > thresholdsPerMeterMax) refuse(path, `at most ${thresholdsPerMeterMax} thresholds`)
+  const thresholds = value.map((threshold, index) =>
+    typeof threshold === "number" && Number.isFinite(threshold) && threshold > 0
+      ? threshold
+      : refuse(`${path}.${index}`, `must be a number above 0, got ${JSON.stringify(threshold)}`)
+  )
+  if (new Set(thresholds).size !== thresholds.length) refuse(path, "must not repeat a threshold")
+  return [...thresholds].sort((left, right) => left - right)
 }
 
 const parsePlan = (name: string, value: unknown, meterNames: ReadonlySet<string>): PlanConfig => {

@@ -7,7 +7,10 @@ import { Effect } from "effect"
 import type { NatsConnectionSettings } from "./natsConnection.js"
 import { readNatsConnectionSettings } from "./natsConnection.js"
 import type { Environment } from "./SettingsInvalid.js"
-import { SettingsInvalid } from "./SettingsInvalid.js"
+import type { SettingsInvalid } from "./SettingsInvalid.js"
+import { invalid, readBoolean, readDuration, readInteger, valueOf } from "./readers.js"
+import type { EventSettings } from "./eventSettings.js"
+import { readEventSettings } from "./eventSettings.js"
 import {
   partitionLeaseMsDefault,
   partitionLeaseMsMax,
@@ -17,6 +20,7 @@ import {
 
 export type { Environment } from "./SettingsInvalid.js"
 export { SettingsInvalid } from "./SettingsInvalid.js"
+export { parseDurationMs } from "./readers.js"
 
 export type LogLevel = "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent"
 
@@ -48,6 +52,8 @@ export interface Settings {
   readonly partitionLeaseMs: number
   /** `QUOTA_HTTP_ADDR`: where `serve` answers /metrics, /healthz and /readyz; undefined: `off`. */
   readonly httpAddress: HttpAddress | undefined
+  /** `QUOTA_EVENTS_*`: the events stream and its outbox. */
+  readonly events: EventSettings
 }
 
 /** A host and a TCP port (0: any free port, logged once bound). */
@@ -68,6 +74,8 @@ export const settingsDefaults = {
 
 /** Snooze durations longer than a day are a typo (`30000s`), not a policy. */
 const snoozeMsMax = 86_400_000
+const snoozeDuration = (env: Environment, variable: string, fallback: number) =>
+  readDuration(env, variable, fallback, 0, snoozeMsMax)
 
 const logLevels: ReadonlyArray<LogLevel> = ["fatal", "error", "warn", "info", "debug", "trace", "silent"]
 
@@ -80,52 +88,6 @@ const seedPlanVariables: ReadonlyArray<readonly [SeedPlan, string]> = [
 
 /** Dot-separated NATS subject tokens without wildcards or spaces, so `{prefix}.v1.{p}.ops` is a plain subject. */
 const prefixPattern = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/
-
-const durationUnitsMs: Readonly<Record<string, number>> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 }
-
-/** `30s`, `500ms`, `2m`, `1h` or a plain number of milliseconds; undefined when it is none of these. */
-export const parseDurationMs = (text: string): number | undefined => {
-  const match = /^(\d+)(ms|s|m|h)?$/.exec(text.trim())
-  if (match === null) return undefined
-  const ms = Number(match[1]) * (durationUnitsMs[match[2] ?? "ms"] ?? 1)
-  return Number.isSafeInteger(ms) ? ms : undefined
-}
-
-const valueOf = (env: Environment, variable: string): string | undefined => {
-  const value = env[variable]
-  return value === undefined || value.trim() === "" ? undefined : value.trim()
-}
-
-const invalid = (variable: string, reason: string) => Effect.fail(new SettingsInvalid({ variable, reason }))
-
-const readInteger = (env: Environment, variable: string, min: number, max: number, fallback?: number) => {
-  const text = valueOf(env, variable)
-  if (text === undefined) return Effect.succeed(fallback)
-  const value = /^\d+$/.test(text) ? Number(text) : NaN
-  return Number.isSafeInteger(value) && value >= min && value <= max
-    ? Effect.succeed(value)
-    : invalid(variable, `must be an integer from ${min} to ${max}, got ${JSON.stringify(text)}`)
-}
-
-const readDuration = (env: Environment, variable: string, fallback: number) => {
-  const text = valueOf(env, variable)
-  if (text === undefined) return Effect.succeed(fallback)
-  const ms = parseDurationMs(text)
-  return ms !== undefined && ms <= snoozeMsMax
-    ? Effect.succeed(ms)
-    : invalid(
-        variable,
-        `must be a duration like 30s, 500ms, 2m or a number of milliseconds, at most 24h; got ${JSON.stringify(text)}`
-      )
-}
-
-const readBoolean = (env: Environment, variable: string, fallback: boolean) => {
-  const text = valueOf(env, variable)?.toLowerCase()
-  if (text === undefined) return Effect.succeed(fallback)
-  if (["true", "1", "yes", "on"].includes(text)) return Effect.succeed(true)
-  if (["false", "0", "no", "off"].includes(text)) return Effect.succeed(false)
-  return invalid(variable, `must be true or false, got ${JSON.stringify(text)}`)
-}
 
 /** `host:port`, `[ipv6]:port` or `off`. */
 export const parseHttpAddress = (text: string): HttpAddress | "off" | undefined => {
@@ -189,8 +151,12 @@ export const readSettings = (env: Environment): Effect.Effect<Settings, Settings
     const logLevel = yield* readLogLevel(env)
     const enabled = yield* readBoolean(env, "FAIRNESS_ENABLED", true)
     const slotOverrides = yield* readSlotOverrides(env)
-    const snoozeBaseMs = yield* readDuration(env, "FAIRNESS_SNOOZE_DURATION", settingsDefaults.snoozeBaseMs)
-    const snoozeJitterMs = yield* readDuration(env, "FAIRNESS_SNOOZE_JITTER", settingsDefaults.snoozeJitterMs)
+    const snoozeBaseMs = yield* snoozeDuration(env, "FAIRNESS_SNOOZE_DURATION", settingsDefaults.snoozeBaseMs)
+    const snoozeJitterMs = yield* snoozeDuration(
+      env,
+      "FAIRNESS_SNOOZE_JITTER",
+      settingsDefaults.snoozeJitterMs
+    )
     const partitionLeaseMs = yield* readInteger(
       env,
       "QUOTA_LEASE_MS",
@@ -199,6 +165,7 @@ export const readSettings = (env: Environment): Effect.Effect<Settings, Settings
       partitionLeaseMsDefault
     )
     const httpAddress = yield* readHttpAddress(env)
+    const events = yield* readEventSettings(env, prefix)
     return {
       nats,
       databaseUrl: valueOf(env, "DATABASE_URL"),
@@ -209,6 +176,7 @@ export const readSettings = (env: Environment): Effect.Effect<Settings, Settings
       logLevel,
       fairness: { enabled, slotOverrides, snoozeBaseMs, snoozeJitterMs },
       partitionLeaseMs: partitionLeaseMs ?? partitionLeaseMsDefault,
-      httpAddress
+      httpAddress,
+      events
     }
   })

@@ -20,9 +20,19 @@ export interface FairnessConfig {
   readonly snoozeJitterMs: number
 }
 
+export interface MeterConfig {
+  readonly name: string
+  readonly period: Period
+  /**
+   * Fractions of the limit whose crossing by `used` publishes a `usage_threshold` event, ascending;
+   * absent: `thresholdsDefault`; `[]`: none.
+   */
+  readonly thresholds?: ReadonlyArray<number>
+}
+
 export interface Config {
   /** Meters in configuration order (the order of `get_usage`). */
-  readonly meters: ReadonlyArray<{ readonly name: string; readonly period: Period }>
+  readonly meters: ReadonlyArray<MeterConfig>
   readonly plans: Readonly<Record<string, PlanConfig>>
   readonly defaultPlan: string
   readonly fairness: FairnessConfig
@@ -78,3 +88,12 @@ export const planLimit = (plan: PlanConfig, meter: string): number =>
 
 export const meterPeriod = (config: Config, meter: string): Period | undefined =>
   config.meters.find((candidate) => candidate.name === meter)?.period
+
+/** PROTOCOL.md: a meter that lists none has these. */
+export const thresholdsDefault: ReadonlyArray<number> = [0.8, 1]
+
+/** The meter's thresholds, ascending (none for a meter not configured). */
+export const meterThresholds = (config: Config, meter: string): ReadonlyArray<number> => {
+  const configured = config.meters.find((candidate) => candidate.name === meter)
+  return configured === undefined ? [] : (configured.thresholds ?? thresholdsDefault)
+}

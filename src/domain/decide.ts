@@ -12,7 +12,8 @@ import type { Result } from "./results.js"
 import { unknownMeter } from "./results.js"
 import { acquireSlot, decideSystemJob, expireSlots, grantWaiters, releaseSlot, renewSlot } from "./slots.js"
 import type { UserState } from "./state.js"
-import { usageView } from "./state.js"
+import { planOf, usageView } from "./state.js"
+import { announceThresholds, pushUsageRow } from "./thresholds.js"
 import { meterPeriod, planNamed } from "./config.js"
 
 export interface Decision {
@@ -73,17 +74,39 @@ const decideCommand = (
       return listHolds(state, command)
     case "set_plan": {
       if (planNamed(ctx.config, command.plan) === undefined) return { status: "unknown_plan" }
+      const previousPlan = planOf(ctx.config, state)
       state.plan = command.plan
+      // Written even when it names the plan in effect: it pins the user to it should defaultPlan change.
       output.events.push({ kind: "plan", user: state.user, plan: command.plan })
+      if (previousPlan === command.plan) return { status: "ok" }
+      output.events.push({
+        kind: "event",
+        user: state.user,
+        event: { event: "plan_changed", at: ctx.now, plan: command.plan, previousPlan }
+      })
+      // The new plan's limits may be lower: announce what they make `used` cross.
+      for (const { name } of ctx.config.meters) {
+        if (announceThresholds(ctx, state, name, output)) pushUsageRow(ctx, state, name, output)
+      }
       // A plan with more slots serves the queue at once.
       grantWaiters(ctx, state, output)
       return { status: "ok" }
     }
     case "set_limit": {
       if (meterPeriod(ctx.config, command.meter) === undefined) return unknownMeter
+      const previous = state.limitOverrides?.get(command.meter) ?? null
+      // Setting the override already stored changes nothing: nothing to write or announce.
+      if (previous === command.limit) return { status: "ok" }
       if (command.limit === null) state.limitOverrides?.delete(command.meter)
       else (state.limitOverrides ??= new Map()).set(command.meter, command.limit)
       output.events.push({ kind: "limit", user: state.user, meter: command.meter, limit: command.limit })
+      output.events.push({
+        kind: "event",
+        user: state.user,
+        event: { event: "limit_changed", at: ctx.now, meter: command.meter, limit: command.limit }
+      })
+      if (announceThresholds(ctx, state, command.meter, output))
+        pushUsageRow(ctx, state, command.meter, output)
       return { status: "ok" }
     }
   }

@@ -19,6 +19,57 @@ export interface HoldRecord {
 
 export type LedgerOperation = "consume" | "commit" | "adjust"
 
+/**
+ * What other systems hear about (PROTOCOL.md "Events"), as a decision decides it: the kind, the time of
+ * the decision, and the kind's own fields. The store records it with the change it reports, in the
+ * same transaction; the publisher adds `eventId`, `user` and `partition` when it sends it.
+ */
+export type QuotaEvent =
+  | {
+      readonly event: "usage_threshold"
+      readonly at: number
+      readonly meter: string
+      readonly periodStart: number | null
+      readonly threshold: number
+      readonly limit: number
+      readonly used: number
+    }
+  | {
+      readonly event: "hold_expired"
+      readonly at: number
+      readonly meter: string
+      readonly id: string
+      readonly amount: number
+      readonly consumed: number
+      /** The unconsumed rest given back to the meter. */
+      readonly returned: number
+    }
+  | { readonly event: "slot_expired"; readonly at: number; readonly job: string; readonly plan: string }
+  | {
+      readonly event: "plan_changed"
+      readonly at: number
+      readonly plan: string
+      readonly previousPlan: string
+    }
+  | {
+      readonly event: "limit_changed"
+      readonly at: number
+      readonly meter: string
+      /** The override now stored; null: back to the plan's default. */
+      readonly limit: number | null
+    }
+
+export type QuotaEventKind = QuotaEvent["event"]
+
+/** Every kind, in PROTOCOL.md's order. */
+export const quotaEventKinds: ReadonlyArray<QuotaEventKind> = [
+  "usage_threshold",
+  "hold_expired",
+  "slot_expired",
+  "plan_changed",
+  "limit_changed"
+]
+
 export type StoreEvent =
   /** Insert or replace the hold (user, id). */
   | { readonly kind: "hold"; readonly user: string; readonly hold: HoldRecord }
@@ -39,14 +90,21 @@ export type StoreEvent =
       readonly delta: number
       readonly at: number
     }
-  /** Set the running total of (user, meter, periodStart): the sum of the ledger's deltas for it. */
+  /**
+   * Set the running total of (user, meter, periodStart): the sum of the ledger's deltas for it, and the
+   * thresholds already crossed in that period (each announced once).
+   */
   | {
       readonly kind: "usage"
       readonly user: string
       readonly meter: string
       readonly periodStart: number | null
       readonly used: number
+      /** Absent: none. */
+      readonly thresholdsCrossed?: ReadonlyArray<number>
     }
+  /** Record an event to publish, in order after the user's earlier ones (the outbox). */
+  | { readonly kind: "event"; readonly user: string; readonly event: QuotaEvent }
   /** Insert or replace the slot (user, job). */
   | { readonly kind: "slot"; readonly user: string; readonly job: string; readonly leaseExpiresAt: number }
   /** Delete the slot (user, job). */
@@ -71,6 +129,8 @@ export interface StoredUser {
     readonly meter: string
     readonly periodStart: number | null
     readonly used: number
+    /** Absent in rows written before thresholds existed: none crossed. */
+    readonly thresholdsCrossed?: ReadonlyArray<number>
   }>
   /** Pending holds, and closed holds whose closedAt is within the retention window, with their consume keys. */
   readonly holds: ReadonlyArray<HoldRecord & { readonly consumeKeys: ReadonlyArray<string> }>

@@ -18,6 +18,7 @@ import {
 import type { AdjustResult, HoldResult, HoldStatus, Result } from "./results.js"
 import { invalidRequest, notFound, overloaded, unknownMeter } from "./results.js"
 import type { Hold, UserState } from "./state.js"
+import { announceThresholds, pushUsageRow } from "./thresholds.js"
 import {
   holdRecord,
   holdReserved,
@@ -70,13 +71,8 @@ const recordUsage = (
     delta: entry.delta,
     at: ctx.now
   })
-  output.events.push({
-    kind: "usage",
-    user: state.user,
-    meter: entry.meter,
-    periodStart: meterState.periodStart,
-    used: meterState.used
-  })
+  if (entry.delta > 0) announceThresholds(ctx, state, entry.meter, output)
+  pushUsageRow(ctx, state, entry.meter, output)
 }
 
 /** A refund applies at most what is used: usage never goes below 0. */
@@ -300,12 +296,29 @@ export const adjust = (
   return result
 }
 
-/** Expires every pending hold due at ctx.now, exactly once: an expired hold is closed and never pending again. */
+/**
+ * Expires every pending hold due at ctx.now, exactly once: an expired hold is closed and never pending
+ * again, and announced (`hold_expired`, an orphan: its work never committed or released it).
+ */
 export const expireHolds = (ctx: DecideContext, state: UserState, output: Output): void => {
   for (const hold of [...state.pending.values()]) {
     if (hold.expiresAt > ctx.now) continue
+    const returned = holdReserved(hold)
     closeHold(ctx, state, hold, "expired")
     pushHold(state, output, hold)
+    output.events.push({
+      kind: "event",
+      user: state.user,
+      event: {
+        event: "hold_expired",
+        at: ctx.now,
+        meter: hold.meter,
+        id: hold.id,
+        amount: hold.amount,
+        consumed: hold.consumed,
+        returned
+      }
+    })
     assertMeter(state, hold.meter)
   }
 }

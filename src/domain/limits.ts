@@ -22,6 +22,9 @@ export const slotLeaseMsDefault = 120_000
 /** How long `acquire_slot` may wait in the user's FIFO queue. Outside is `invalid_request`. */
 export const slotWaitMsMax = 300_000
 
+/** `thresholds` one meter may list (PROTOCOL.md). More refuse the configuration file. */
+export const thresholdsPerMeterMax = 4
+
 /** Holds one `list_holds` returns (`limit`). Outside 1..max is `invalid_request`; past it `more` is true. */
 export const holdListLimitMax = 1_000
 export const holdListLimitDefault = 100
@@ -162,3 +165,30 @@ export const httpConnectionsMax = 64
 
 /** How long the operations HTTP server waits for a request's headers and body before closing the socket. */
 export const httpRequestTimeoutMs = 10_000
+
+/**
+ * Events recorded and not yet published, per partition (`QUOTA_EVENTS_OUTBOX_MAX`). Past it, a decision
+ * that would record another event of that partition is refused (`unavailable`, nothing granted) until
+ * the publisher catches up: an acknowledged change always has its event. Decisions that record no
+ * event (most reserves and commits) go on. Also bounds the outbox's rows in Postgres.
+ */
+export const eventsOutboxPerPartitionMaxDefault = 100_000
+
+/** Outbox rows one publisher reads (and deletes once published) at a time. */
+export const eventsPublishBatchMax = 256
+
+/** How often a partition's publisher looks at its outbox when nothing woke it (after a hand-off, a crash). */
+export const eventsPollIntervalMs = 1_000
+
+/** Backoff of a publisher whose publish failed (JetStream away): from the minimum, doubling, to the maximum. */
+export const eventsRetryDelayMsMin = 250
+export const eventsRetryDelayMsMax = 10_000
+
+/** How long one publish waits for the stream's acknowledgement. */
+export const eventsPublishTimeoutMs = 5_000
+
+/** The process logs that events cannot be published at most once per this interval, not per event. */
+export const eventsWarningIntervalMs = 60_000
+
+/** The stream's duplicate window: at least 2 minutes (PROTOCOL.md), so a re-publish after a crash is kept once. */
+export const eventsDuplicateWindowMsMin = 120_000

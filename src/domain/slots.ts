@@ -8,7 +8,7 @@ import { assertSlotsWithinLimit } from "./invariants.js"
 import { slotWaitersPerUserMax } from "./limits.js"
 import type { SlotResult } from "./results.js"
 import type { UserState } from "./state.js"
-import { releaseIfEmpty, slotLimit, writable, writableWaiters } from "./state.js"
+import { planOf, releaseIfEmpty, slotLimit, writable, writableWaiters } from "./state.js"
 
 type CommandOf<Op extends OpsCommand["op"]> = Extract<OpsCommand, { op: Op }>
 
@@ -130,6 +130,11 @@ export const expireSlots = (ctx: DecideContext, state: UserState, output: Output
     writable(state, "slots").delete(job)
     releaseIfEmpty(state, "slots")
     output.events.push({ kind: "slot_freed", user: state.user, job, reason: "expired" })
+    output.events.push({
+      kind: "event",
+      user: state.user,
+      event: { event: "slot_expired", at: ctx.now, job, plan: planOf(ctx.config, state) }
+    })
   }
   grantWaiters(ctx, state, output)
   for (let index = 0; index < state.waiters.length;) {

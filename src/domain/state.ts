@@ -22,6 +22,8 @@ export interface MeterState {
   /** The period `used` belongs to; a decision at a later period sees 0. */
   periodStart: number | null
   used: number
+  /** Thresholds already announced in this period, ascending (each `usage_threshold` is sent once). */
+  thresholdsCrossed: ReadonlyArray<number>
   /** Sum over pending holds of this meter of max(0, amount - consumed). */
   reserved: number
   pendingHolds: number
@@ -86,6 +88,8 @@ class NoEntries extends Map<never, never> {
 
 const noEntries: ReadonlyMap<never, never> = new NoEntries()
 const noWaiters: ReadonlyArray<Waiter> = Object.freeze([])
+/** Most meters never cross a threshold: they share this empty list. */
+export const noThresholdsCrossed: ReadonlyArray<number> = Object.freeze([])
 
 /** The field's own Map, made on the first write. */
 export const writable = <Field extends keyof WritableCollections>(
@@ -148,11 +152,18 @@ export const meterAt = (config: Config, state: UserState, meter: string, now: nu
   const periodStart = periodStartAt(period, now)
   let meterState = state.meters.get(meter)
   if (meterState === undefined) {
-    meterState = { periodStart, used: 0, reserved: 0, pendingHolds: 0 }
+    meterState = {
+      periodStart,
+      used: 0,
+      thresholdsCrossed: noThresholdsCrossed,
+      reserved: 0,
+      pendingHolds: 0
+    }
     writable(state, "meters").set(meter, meterState)
   } else if (meterState.periodStart !== periodStart) {
     meterState.periodStart = periodStart
     meterState.used = 0
+    meterState.thresholdsCrossed = noThresholdsCrossed
   }
   return meterState
 }
@@ -229,8 +240,17 @@ export const userStateFromStored = (user: string, stored: StoredUser): UserState
   const state = emptyUserState(user)
   state.plan = stored.plan
   for (const { meter, limit } of stored.limitOverrides) (state.limitOverrides ??= new Map()).set(meter, limit)
-  for (const { meter, periodStart, used } of stored.usage) {
-    writable(state, "meters").set(meter, { periodStart, used, reserved: 0, pendingHolds: 0 })
+  for (const { meter, periodStart, used, thresholdsCrossed } of stored.usage) {
+    writable(state, "meters").set(meter, {
+      periodStart,
+      used,
+      thresholdsCrossed:
+        thresholdsCrossed === undefined || thresholdsCrossed.length === 0
+          ? noThresholdsCrossed
+          : thresholdsCrossed,
+      reserved: 0,
+      pendingHolds: 0
+    })
   }
   const closedInOrder: Array<Hold> = []
   for (const record of stored.holds) {
@@ -242,7 +262,13 @@ export const userStateFromStored = (user: string, stored: StoredUser): UserState
       writable(state, "pending").set(hold.id, hold)
       let meterState = state.meters.get(hold.meter)
       if (meterState === undefined) {
-        meterState = { periodStart: null, used: 0, reserved: 0, pendingHolds: 0 }
+        meterState = {
+          periodStart: null,
+          used: 0,
+          thresholdsCrossed: noThresholdsCrossed,
+          reserved: 0,
+          pendingHolds: 0
+        }
         writable(state, "meters").set(hold.meter, meterState)
       }
       meterState.reserved += holdReserved(hold)

@@ -24,6 +24,8 @@ export interface MetricsRecorder {
   readonly holdExpired: (meter: string) => void
   /** An `acquire_slot` was answered `busy` (a snooze) for a user on `plan`. */
   readonly slotBusy: (plan: string) => void
+  /** The events stream acknowledged an event of this kind. */
+  readonly eventPublished: (kind: string) => void
 }
 
 const ignore = (): void => {}
@@ -34,7 +36,8 @@ export const noMetrics: MetricsRecorder = {
   storeCommitted: ignore,
   writeFenced: ignore,
   holdExpired: ignore,
-  slotBusy: ignore
+  slotBusy: ignore,
+  eventPublished: ignore
 }
 
 /** The recorder as a service, for the parts built from layers (the coordinator). Default: `noMetrics`. */

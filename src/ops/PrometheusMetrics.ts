@@ -12,6 +12,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom
 import type { MetricType } from "prom-client"
 import type { Operation } from "../domain/commands.js"
 import type { Status } from "../domain/results.js"
+import { quotaEventKinds } from "../domain/events.js"
 import type { MetricsRecorder } from "./MetricsRecorder.js"
 
 /** Every op a command can have on the wire, and `unknown` for one whose op could not be read. */
@@ -280,6 +281,17 @@ export const makePrometheusMetrics = (options: PrometheusMetricsOptions): Promet
     planLabels.map((plan) => ({ plan })),
     true
   )
+  const eventsPublished = countedCounter(
+    new Counter({
+      name: "quota_events_published_total",
+      help: "Events the JetStream stream acknowledged, by kind.",
+      labelNames: ["kind"],
+      registers: [registry]
+    }),
+    quotaEventKinds.map((kind) => ({ kind })),
+    true
+  )
+  const eventKindIndex = indexer(quotaEventKinds, -1)
   const fencedWrites = countedCounter(
     new Counter({
       name: "quota_fenced_writes_total",
@@ -330,6 +342,10 @@ export const makePrometheusMetrics = (options: PrometheusMetricsOptions): Promet
     },
     slotBusy: (plan) => {
       slotsBusy[planIndex(plan)]! += 1
+    },
+    eventPublished: (kind) => {
+      const cell = eventKindIndex(kind)
+      if (cell >= 0) eventsPublished[cell]! += 1
     }
   }
 

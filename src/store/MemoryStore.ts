@@ -4,7 +4,7 @@
  * every actor and reloads exercises the same load path as production.
  */
 import { Effect, Layer } from "effect"
-import type { HoldRecord, StoreEvent, StoredUser } from "../domain/events.js"
+import type { HoldRecord, QuotaEvent, StoreEvent, StoredUser } from "../domain/events.js"
 import { idRetentionMs } from "../domain/limits.js"
 import type { StoreShape } from "./Store.js"
 import { Store, StoreUnavailable } from "./Store.js"
@@ -25,9 +25,18 @@ export interface MemoryUserRows {
   readonly limits: Map<string, number>
   readonly holds: Map<string, HoldRecord>
   readonly ledger: Array<LedgerRow>
-  /** `${meter}|${periodStart}` -> used */
-  readonly usage: Map<string, { meter: string; periodStart: number | null; used: number }>
+  /** `${meter}|${periodStart}` -> used and the thresholds announced */
+  readonly usage: Map<string, UsageRow>
   readonly slots: Map<string, number>
+  /** The user's recorded events, in the order they were written (the outbox; nothing publishes here). */
+  readonly events: Array<QuotaEvent>
+}
+
+interface UsageRow {
+  readonly meter: string
+  readonly periodStart: number | null
+  readonly used: number
+  readonly thresholdsCrossed: ReadonlyArray<number>
 }
 
 export interface MemoryStoreOptions {
@@ -57,7 +66,8 @@ const rowsOf = (rows: Map<string, MemoryUserRows>, user: string): MemoryUserRows
       holds: new Map(),
       ledger: [],
       usage: new Map(),
-      slots: new Map()
+      slots: new Map(),
+      events: []
     }
     rows.set(user, userRows)
   }
@@ -96,8 +106,12 @@ export const makeMemoryStore = (options: MemoryStoreOptions = {}): MemoryStore =
         userRows.usage.set(`${event.meter}|${event.periodStart}`, {
           meter: event.meter,
           periodStart: event.periodStart,
-          used: event.used
+          used: event.used,
+          thresholdsCrossed: event.thresholdsCrossed ?? []
         })
+        return
+      case "event":
+        userRows.events.push(event.event)
         return
       case "slot":
         userRows.slots.set(event.job, event.leaseExpiresAt)
@@ -121,7 +135,7 @@ export const makeMemoryStore = (options: MemoryStoreOptions = {}): MemoryStore =
       return { plan: null, limitOverrides: [], usage: [], holds: [], adjustments: [], slots: [] }
     }
     const cutoff = now - idRetentionMs
-    const latestUsage = new Map<string, { meter: string; periodStart: number | null; used: number }>()
+    const latestUsage = new Map<string, UsageRow>()
     for (const row of userRows.usage.values()) {
       const current = latestUsage.get(row.meter)
       if (current === undefined || (row.periodStart ?? 0) >= (current.periodStart ?? 0))

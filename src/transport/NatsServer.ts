@@ -9,7 +9,7 @@
  * interruption at shutdown) answers the affected commands `unavailable`: never silence.
  */
 import { Empty, headers, nuid } from "@nats-io/transport-node"
-import type { Msg, Subscription } from "@nats-io/transport-node"
+import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node"
 import { Context, Effect, Layer, Scope } from "effect"
 import { Coordinator } from "../actors/Coordinator.js"
 import type { Settings } from "../config/settings.js"
@@ -86,6 +86,8 @@ export interface NatsServerShape {
   readonly closed: Effect.Effect<Error | undefined>
   /** Whether the connection is up now (false between a disconnect and the reconnect, and once closed). */
   readonly connected: () => boolean
+  /** The connection itself, for what shares it (the events publisher's JetStream). */
+  readonly connection: NatsConnection
 }
 
 export class NatsServer extends Context.Service<NatsServer, NatsServerShape>()(
@@ -335,7 +337,8 @@ export const makeNatsServer = (
       serviceId: identity.id,
       stop,
       closed: Effect.promise(() => closed),
-      connected: () => connected && !nc.isClosed()
+      connected: () => connected && !nc.isClosed(),
+      connection: nc
     }
   })
 

@@ -89,7 +89,7 @@ describe("embedded Postgres (PGlite)", () => {
     await Effect.runPromise(Effect.all([...writes, ...loads], { concurrency: "unbounded", discard: true }))
     const loaded = await Effect.runPromise(store.load("embedded-7", now))
     expect(loaded.holds.map((hold) => [hold.id, hold.consumed, hold.consumeKeys])).toEqual([["h", 2, ["k"]]])
-    expect(loaded.usage).toEqual([{ meter: "analysis", periodStart: month, used: 2 }])
+    expect(loaded.usage).toEqual([{ meter: "analysis", periodStart: month, used: 2, thresholdsCrossed: [] }])
     expect(loaded.slots).toEqual([{ job: "job", leaseExpiresAt: now + 60_000 }])
     expect((await Effect.runPromise(store.commitStats)).commits).toBeLessThan(50)
     expect(await Effect.runPromise(store.reconcile())).toEqual([])

@@ -33,6 +33,7 @@ describe("migrate", () => {
     const first = await Effect.runPromise(migrate(pool, database.schema))
     expect(first).toEqual({ applied: knownVersions, version: latestVersion })
     expect(await tablesOf(database.schema)).toEqual([
+      "events_outbox",
       "holds",
       "members",
       "partition_owners",
@@ -115,9 +116,11 @@ describe("ensureSettings", () => {
     const recorded = await Effect.runPromise(
       ensureSettings(pool, schema, { prefix: "quota", partitions: 64 })
     )
-    expect(recorded).toEqual({ prefix: "quota", partitions: 64 })
+    expect(recorded).toMatchObject({ prefix: "quota", partitions: 64 })
+    expect(recorded.createdAt).toBeGreaterThan(0)
     const again = await Effect.runPromise(ensureSettings(pool, schema, { prefix: "quota", partitions: 64 }))
-    expect(again).toEqual({ prefix: "quota", partitions: 64 })
+    // The row that stands: the first start's, creation time included.
+    expect(again).toEqual(recorded)
 
     const partitions = await Effect.runPromise(
       Effect.flip(ensureSettings(pool, schema, { prefix: "quota", partitions: 32 }))

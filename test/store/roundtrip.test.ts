@@ -111,8 +111,15 @@ const historyOf = (user: string): Array<StoreEvent> => [
   }),
   { kind: "usage", user, meter: "analysis", periodStart: previousMonth, used: 2 },
   { kind: "usage", user, meter: "analysis", periodStart: month, used: 3 },
-  { kind: "usage", user, meter: "analysis", periodStart: month, used: 16 },
-  { kind: "usage", user, meter: "storage_bytes", periodStart: null, used: amountMax },
+  { kind: "usage", user, meter: "analysis", periodStart: month, used: 16, thresholdsCrossed: [0.5, 1] },
+  {
+    kind: "usage",
+    user,
+    meter: "storage_bytes",
+    periodStart: null,
+    used: amountMax,
+    thresholdsCrossed: [1.25]
+  },
   { kind: "slot", user, job: "job-a", leaseExpiresAt: now + 60_000 },
   { kind: "slot", user, job: "job-b", leaseExpiresAt: now + 60_000 },
   { kind: "slot_freed", user, job: "job-b", reason: "released" },
@@ -160,8 +167,8 @@ describe("PostgresStore round trip", () => {
       { meter: "tokens", limit: amountMax }
     ])
     expect(loaded.usage).toEqual([
-      { meter: "analysis", periodStart: month, used: 16 },
-      { meter: "storage_bytes", periodStart: null, used: amountMax }
+      { meter: "analysis", periodStart: month, used: 16, thresholdsCrossed: [0.5, 1] },
+      { meter: "storage_bytes", periodStart: null, used: amountMax, thresholdsCrossed: [1.25] }
     ])
     expect(loaded.holds.map((item) => item.id)).toEqual(["committed-1", "pending-1", "released-1"])
     expect(loaded.holds.find((item) => item.id === "pending-1")).toEqual({

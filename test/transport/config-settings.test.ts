@@ -19,7 +19,16 @@ describe("readSettings", () => {
       logLevel: "info",
       fairness: { enabled: true, slotOverrides: {}, snoozeBaseMs: 30_000, snoozeJitterMs: 10_000 },
       partitionLeaseMs: 6_000,
-      httpAddress: { host: "127.0.0.1", port: 9464 }
+      httpAddress: { host: "127.0.0.1", port: 9464 },
+      events: {
+        enabled: true,
+        streamName: "QUOTA_EVENTS",
+        maxAgeMs: 30 * 86_400_000,
+        maxBytes: 1_073_741_824,
+        replicas: 1,
+        duplicateWindowMs: 120_000,
+        outboxPerPartitionMax: 100_000
+      }
     })
   })
 
@@ -41,7 +50,14 @@ describe("readSettings", () => {
         FAIRNESS_SNOOZE_DURATION: "2m",
         FAIRNESS_SNOOZE_JITTER: "500ms",
         QUOTA_LEASE_MS: "2500",
-        QUOTA_HTTP_ADDR: "0.0.0.0:9100"
+        QUOTA_HTTP_ADDR: "0.0.0.0:9100",
+        QUOTA_EVENTS_ENABLED: "false",
+        QUOTA_EVENTS_STREAM: "BILLING-QUOTA-EVENTS",
+        QUOTA_EVENTS_MAX_AGE: "7d",
+        QUOTA_EVENTS_MAX_BYTES: "2097152",
+        QUOTA_EVENTS_REPLICAS: "3",
+        QUOTA_EVENTS_DUPLICATE_WINDOW: "10m",
+        QUOTA_EVENTS_OUTBOX_MAX: "500"
       })
     ).toEqual({
       nats: { servers: ["nats://a:4222", "nats://b:4222"] },
@@ -58,8 +74,21 @@ describe("readSettings", () => {
         snoozeJitterMs: 500
       },
       partitionLeaseMs: 2_500,
-      httpAddress: { host: "0.0.0.0", port: 9100 }
+      httpAddress: { host: "0.0.0.0", port: 9100 },
+      events: {
+        enabled: false,
+        streamName: "BILLING-QUOTA-EVENTS",
+        maxAgeMs: 7 * 86_400_000,
+        maxBytes: 2_097_152,
+        replicas: 3,
+        duplicateWindowMs: 600_000,
+        outboxPerPartitionMax: 500
+      }
     })
+  })
+
+  it("names the events stream after the prefix: upper case, dots as _, then _EVENTS", async () => {
+    expect((await read({ QUOTA_PREFIX: "billing.quota" })).events.streamName).toBe("BILLING_QUOTA_EVENTS")
   })
 
   it.each([
@@ -96,7 +125,14 @@ describe("readSettings", () => {
     ["QUOTA_HTTP_ADDR", "127.0.0.1"],
     ["QUOTA_HTTP_ADDR", "127.0.0.1:65536"],
     ["QUOTA_HTTP_ADDR", "::1:9464"],
-    ["QUOTA_HTTP_ADDR", "http://127.0.0.1:9464"]
+    ["QUOTA_HTTP_ADDR", "http://127.0.0.1:9464"],
+    ["QUOTA_EVENTS_ENABLED", "sometimes"],
+    ["QUOTA_EVENTS_STREAM", "quota.events"],
+    ["QUOTA_EVENTS_MAX_AGE", "30 days"],
+    ["QUOTA_EVENTS_MAX_BYTES", "1024"],
+    ["QUOTA_EVENTS_REPLICAS", "6"],
+    ["QUOTA_EVENTS_DUPLICATE_WINDOW", "1m"],
+    ["QUOTA_EVENTS_OUTBOX_MAX", "0"]
   ])("refuses %s=%s naming the variable", async (variable, value) => {
     const error = await refusal({ [variable]: value })
     expect(error._tag).toBe("SettingsInvalid")
@@ -112,12 +148,13 @@ describe("parseDurationMs", () => {
     ["2m", 120_000],
     ["1h", 3_600_000],
     ["1500", 1_500],
-    ["0", 0]
+    ["0", 0],
+    ["10d", 864_000_000]
   ])("%s is %i ms", (text, ms) => {
     expect(parseDurationMs(text)).toBe(ms)
   })
 
-  it.each(["", "s", "1.5s", "-1s", "10d", "1e3"])("refuses %j", (text) => {
+  it.each(["", "s", "1.5s", "-1s", "10w", "1e3"])("refuses %j", (text) => {
     expect(parseDurationMs(text)).toBeUndefined()
   })
 })

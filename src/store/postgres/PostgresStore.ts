@@ -3,7 +3,7 @@
  * through GroupCommit writers, so concurrent actors share transactions. Every `pg` failure becomes
  * `StoreUnavailable` here, at the edge.
  */
-import { Effect, Exit, Layer } from "effect"
+import { Context, Effect, Exit, Layer } from "effect"
 import type { Scope } from "effect"
 import pg from "pg"
 import type { StoreEvent, StoredUser } from "../../domain/events.js"
@@ -19,6 +19,10 @@ import {
 import type { Fence } from "../Fence.js"
 import { PartitionsFenced } from "../Fence.js"
 import type { MetricsRecorder } from "../../ops/MetricsRecorder.js"
+import type { OutboxCounts } from "../../events/OutboxCounts.js"
+import { Outbox } from "../../events/Outbox.js"
+import { makePostgresOutbox } from "./outbox.js"
+import { partitionOf } from "../../domain/partition.js"
 import { noMetrics } from "../../ops/MetricsRecorder.js"
 import type { GroupCommitStats } from "../GroupCommit.js"
 import { makeGroupCommit } from "../GroupCommit.js"
@@ -59,6 +63,25 @@ export interface PostgresStoreOptions {
   readonly writersMax?: number
   /** Told of every group commit's duration and of fenced writes (default: metrics off). */
   readonly metrics?: MetricsRecorder
+  /**
+   * The events outbox as this process counts it: a write that would take a partition's outbox past
+   * its cap is refused (`StoreUnavailable`) before it is sent, and each commit's events are counted.
+   * Absent: events are recorded without a cap (tests of the store alone).
+   */
+  readonly outboxCounts?: OutboxCounts
+  /** false: events are not recorded (QUOTA_EVENTS_ENABLED=false). Default true. */
+  readonly recordEvents?: boolean
+}
+
+/** Events a write records, per partition (empty for nearly every write). */
+const eventsByPartition = (events: ReadonlyArray<StoreEvent>, partitions: number): Map<number, number> => {
+  const counted = new Map<number, number>()
+  for (const event of events) {
+    if (event.kind !== "event") continue
+    const partition = partitionOf(event.user, partitions)
+    counted.set(partition, (counted.get(partition) ?? 0) + 1)
+  }
+  return counted
 }
 
 /** A (user, meter, period) whose running total differs from its ledger sum; reconcile wants none. */
@@ -208,13 +231,35 @@ export const makePostgresStore = (
       queriesInFlightMax: storeLoadsInFlightMax
     })
 
+    const { outboxCounts } = options
+    const recordEvents = options.recordEvents ?? true
+    const write = (events: ReadonlyArray<StoreEvent>): Effect.Effect<void, StoreUnavailable> => {
+      if (!recordEvents) {
+        const kept = events.some((event) => event.kind === "event")
+          ? events.filter((event) => event.kind !== "event")
+          : events
+        return groupCommit.submit(kept)
+      }
+      if (outboxCounts === undefined) return groupCommit.submit(events)
+      const recording = eventsByPartition(events, partitions)
+      if (recording.size === 0) return groupCommit.submit(events)
+      const full = outboxCounts.overflowing(recording)
+      if (full !== undefined)
+        return Effect.fail(
+          new StoreUnavailable({
+            reason: `the events outbox of partition ${full} holds ${outboxCounts.of(full)} events not yet published (QUOTA_EVENTS_OUTBOX_MAX ${outboxCounts.perPartitionMax}): is JetStream taking events?`
+          })
+        )
+      return Effect.tap(groupCommit.submit(events), () => Effect.sync(() => outboxCounts.recorded(recording)))
+    }
+
     const store: PostgresStore = {
       load: (user, now) =>
         Effect.tryPromise({
           try: () => loads.load(user, now),
           catch: storeUnavailable(`load user ${JSON.stringify(user)}`)
         }),
-      write: groupCommit.submit,
+      write,
       usersWithExpiries: (now, limit, inPartitions) =>
         Effect.tryPromise({
           try: async () => {
@@ -303,6 +348,8 @@ export interface PostgresStoreLayerOptions {
    */
   readonly idleInTransactionMs?: number
   readonly metrics?: MetricsRecorder
+  readonly outboxCounts?: OutboxCounts
+  readonly recordEvents?: boolean
 }
 
 export type PostgresStoreLayerError =
@@ -358,9 +405,8 @@ export const scopedPool = (config: pg.PoolConfig): Effect.Effect<pg.Pool, never,
  */
 export const postgresStoreLayer = (
   options: PostgresStoreLayerOptions
-): Layer.Layer<Store, PostgresStoreLayerError> =>
-  Layer.effect(
-    Store,
+): Layer.Layer<Store | Outbox, PostgresStoreLayerError> =>
+  Layer.effectContext(
     Effect.gen(function* () {
       const schema = options.schema ?? defaultSchema
       const pipelined = options.pipelined ?? true
@@ -372,17 +418,25 @@ export const postgresStoreLayer = (
         })
       )
       yield* migrate(pool, schema)
-      yield* ensureSettings(pool, schema, { prefix: options.prefix, partitions: options.partitions })
-      return yield* makePostgresStore({
+      const stored = yield* ensureSettings(pool, schema, {
+        prefix: options.prefix,
+        partitions: options.partitions
+      })
+      const store = yield* makePostgresStore({
         pool,
         schema,
         partitions: options.partitions,
         ...(options.fence === undefined ? {} : { fence: options.fence }),
         ...(options.metrics === undefined ? {} : { metrics: options.metrics }),
+        ...(options.outboxCounts === undefined ? {} : { outboxCounts: options.outboxCounts }),
+        ...(options.recordEvents === undefined ? {} : { recordEvents: options.recordEvents }),
         pipelined,
         ...(options.eventsPerCommitMax === undefined
           ? {}
           : { eventsPerCommitMax: options.eventsPerCommitMax })
       })
+      return Context.make(Store, store as StoreShape).pipe(
+        Context.add(Outbox, makePostgresOutbox(pool, schema, stored.createdAt))
+      )
     })
   )

@@ -27,9 +27,10 @@ export const loadUsersSql = (schema: string): string => `
         select json_agg(json_build_object(
           'meter', latest.meter,
           'periodStart', nullif(latest.period_start, ${periodNoneSentinel}),
-          'used', latest.used))
+          'used', latest.used,
+          'thresholdsCrossed', latest.thresholds_crossed))
         from (
-          select distinct on (meter) meter, period_start, used
+          select distinct on (meter) meter, period_start, used, thresholds_crossed
           from "${schema}".usage_totals where user_id = wanted.user_id
           order by meter, period_start desc
         ) as latest
@@ -65,7 +66,12 @@ export const loadUsersSql = (schema: string): string => `
 export interface LoadUserRow {
   readonly plan: string | null
   readonly limit_overrides: ReadonlyArray<{ meter: string; limit: number }>
-  readonly usage: ReadonlyArray<{ meter: string; periodStart: number | null; used: number }>
+  readonly usage: ReadonlyArray<{
+    meter: string
+    periodStart: number | null
+    used: number
+    thresholdsCrossed: ReadonlyArray<number>
+  }>
   readonly holds: ReadonlyArray<HoldRecord & { consumeKeys: ReadonlyArray<string> }>
   readonly adjustments: ReadonlyArray<{ id: string; meter: string; amount: number; at: number }>
   readonly slots: ReadonlyArray<{ job: string; leaseExpiresAt: number }>

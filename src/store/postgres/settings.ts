@@ -14,6 +14,11 @@ export interface DeploymentSettings {
   readonly partitions: number
 }
 
+/** The settings as stored: with when this database was first started (it names this database's events). */
+export interface StoredSettings extends DeploymentSettings {
+  readonly createdAt: number
+}
+
 /**
  * Inserts the row if absent and returns the row that stands, in one statement: a concurrent first
  * start of two coordinators collides on the singleton key and the loser reads the winner's row.
@@ -23,11 +28,11 @@ const ensureSettingsSql = (schema: string): string => `
     insert into "${schema}".settings (prefix, partitions, created_at)
     values ($1, $2, $3)
     on conflict (singleton) do nothing
-    returning prefix, partitions
+    returning prefix, partitions, created_at
   )
-  select prefix, partitions from inserted
+  select prefix, partitions, created_at::text from inserted
   union all
-  select prefix, partitions from "${schema}".settings where not exists (select from inserted)
+  select prefix, partitions, created_at::text from "${schema}".settings where not exists (select from inserted)
 `
 
 /** Records the settings on a fresh database, or checks them against the stored ones. */
@@ -36,13 +41,13 @@ export const ensureSettings = (
   schema: string,
   configured: DeploymentSettings,
   now: number = Date.now()
-): Effect.Effect<DeploymentSettings, SettingsMismatch | StoreUnavailable | InvalidSchemaName> =>
+): Effect.Effect<StoredSettings, SettingsMismatch | StoreUnavailable | InvalidSchemaName> =>
   Effect.gen(function* () {
     const invalidName = checkSchemaName(schema)
     if (invalidName !== null) return yield* invalidName
     const runOnce = Effect.tryPromise({
       try: () =>
-        pool.query<{ prefix: string; partitions: number }>(ensureSettingsSql(schema), [
+        pool.query<{ prefix: string; partitions: number; created_at: string }>(ensureSettingsSql(schema), [
           configured.prefix,
           configured.partitions,
           now
@@ -70,5 +75,5 @@ export const ensureSettings = (
         configured: configured.prefix
       })
     }
-    return stored
+    return { prefix: stored.prefix, partitions: stored.partitions, createdAt: Number(stored.created_at) }
   })

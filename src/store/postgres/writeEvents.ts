@@ -39,6 +39,8 @@ export interface CollapsedGroup {
   readonly plans: ReadonlyArray<{ readonly user: string; readonly plan: string }>
   readonly limitsSet: ReadonlyArray<{ readonly user: string; readonly meter: string; readonly limit: number }>
   readonly limitsRemoved: ReadonlyArray<{ readonly user: string; readonly meter: string }>
+  /** Events to publish, in decision order (appended as they are, like the ledger). */
+  readonly events: ReadonlyArray<Extract<StoreEvent, { kind: "event" }>>
 }
 
 /** A map key for (user, x) that no two different pairs share: the user's length comes first. */
@@ -52,6 +54,7 @@ export const collapseEvents = (events: ReadonlyArray<StoreEvent>): CollapsedGrou
   const slots = new Map<string, Extract<StoreEvent, { kind: "slot" | "slot_freed" }>>()
   const plans = new Map<string, { user: string; plan: string }>()
   const limits = new Map<string, Extract<StoreEvent, { kind: "limit" }>>()
+  const published: Array<Extract<StoreEvent, { kind: "event" }>> = []
   for (const event of events) {
     switch (event.kind) {
       case "hold":
@@ -73,6 +76,9 @@ export const collapseEvents = (events: ReadonlyArray<StoreEvent>): CollapsedGrou
       case "limit":
         limits.set(pairKey(event.user, event.meter), event)
         break
+      case "event":
+        published.push(event)
+        break
     }
   }
   const slotEvents = [...slots.values()]
@@ -87,7 +93,8 @@ export const collapseEvents = (events: ReadonlyArray<StoreEvent>): CollapsedGrou
     limitsSet: limitEvents.flatMap((event) =>
       event.limit === null ? [] : [{ user: event.user, meter: event.meter, limit: event.limit }]
     ),
-    limitsRemoved: limitEvents.flatMap((event) => (event.limit === null ? [event] : []))
+    limitsRemoved: limitEvents.flatMap((event) => (event.limit === null ? [event] : [])),
+    events: published
   }
 }
 
@@ -112,10 +119,21 @@ const statementTexts = (schema: string) => ({
       (user_id, meter, period_start, operation, hold_id, key, requested, delta, at)
     select * from unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[],
                          $7::bigint[], $8::bigint[], $9::bigint[])`,
+  // Thresholds crossed travel as comma-separated text: unnest flattens an array of arrays.
   upsertUsage: `
-    insert into "${schema}".usage_totals (user_id, meter, period_start, used)
-    select * from unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[])
-    on conflict (user_id, meter, period_start) do update set used = excluded.used`,
+    insert into "${schema}".usage_totals (user_id, meter, period_start, used, thresholds_crossed)
+    select user_id, meter, period_start, used, string_to_array(crossed, ',')::double precision[]
+    from unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[])
+      as row (user_id, meter, period_start, used, crossed)
+    on conflict (user_id, meter, period_start) do update
+      set used = excluded.used, thresholds_crossed = excluded.thresholds_crossed`,
+  // In array order (with ordinality): seq follows the order of the decisions.
+  insertEvents: `
+    insert into "${schema}".events_outbox (partition, user_id, kind, at, body)
+    select partition, user_id, kind, at, body
+    from unnest($1::integer[], $2::text[], $3::text[], $4::bigint[], $5::text[]) with ordinality
+      as event (partition, user_id, kind, at, body, position)
+    order by position`,
   upsertSlots: `
     insert into "${schema}".slots (user_id, job, lease_expires_at, partition)
     select * from unnest($1::text[], $2::text[], $3::bigint[], $4::integer[])
@@ -217,7 +235,7 @@ export const groupQueries = (
   const add = (statement: NamedStatement, rowCount: number, values: ReadonlyArray<unknown>): void => {
     if (rowCount > 0) queries.push({ ...statement, values })
   }
-  const { holds, ledger, usage, slotsSet, slotsFreed, plans, limitsSet, limitsRemoved } = group
+  const { holds, ledger, usage, slotsSet, slotsFreed, plans, limitsSet, limitsRemoved, events } = group
   const text = <Row>(rows: ReadonlyArray<Row>, column: (row: Row) => string | null): string =>
     textArrayLiteral(rows.map(column))
   /** A column of users, hold ids, keys or jobs: stored as storedText.ts says (U+0000 escaped). */
@@ -253,7 +271,8 @@ export const groupQueries = (
     identifiers(usage, (row) => row.user),
     text(usage, (row) => row.meter),
     integer(usage, (row) => storedPeriodStart(row.periodStart)),
-    integer(usage, (row) => row.used)
+    integer(usage, (row) => row.used),
+    text(usage, (row) => (row.thresholdsCrossed ?? []).join(","))
   ])
   add(statements.upsertSlots, slotsSet.length, [
     identifiers(slotsSet, (row) => row.user),
@@ -277,6 +296,13 @@ export const groupQueries = (
   add(statements.deleteLimits, limitsRemoved.length, [
     identifiers(limitsRemoved, (row) => row.user),
     text(limitsRemoved, (row) => row.meter)
+  ])
+  add(statements.insertEvents, events.length, [
+    integer(events, partitionOfRow),
+    identifiers(events, (row) => row.user),
+    text(events, (row) => row.event.event),
+    integer(events, (row) => row.event.at),
+    text(events, (row) => JSON.stringify(row.event))
   ])
   return queries
 }

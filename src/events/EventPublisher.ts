@@ -1,0 +1,181 @@
+/**
+ * The publisher of events: one fiber per partition this process serves, reading the partition's outbox
+ * in recording order, publishing each event to JetStream (its id as Nats-Msg-Id) and waiting for the
+ * stream's acknowledgement before the next, then removing what was published. A user's events are in
+ * recording order within its partition, so they are published in the order of the decisions.
+ *
+ * It is woken when a commit recorded events of its partition, and looks on its own every
+ * `eventsPollIntervalMs` (what a previous owner left after a crash or a hand-off). While JetStream does
+ * not take events it retries with a backoff and the outbox grows (`quota_events_pending`); the process
+ * warns once per `eventsWarningIntervalMs`, not per event. Before each publish it checks that this
+ * process may still serve the partition: a stale owner publishes nothing more of a partition it lost
+ * (what it published meanwhile, the new owner publishes again under the same ids, and the stream's
+ * duplicate window keeps one copy).
+ */
+import { Deferred, Duration, Effect, Exit, FiberMap } from "effect"
+import type { Scope } from "effect"
+import {
+  eventsPollIntervalMs,
+  eventsPublishBatchMax,
+  eventsRetryDelayMsMax,
+  eventsRetryDelayMsMin,
+  eventsWarningIntervalMs
+} from "../domain/limits.js"
+import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
+import type { EventSinkShape } from "./JetStreamSink.js"
+import type { OutboxRow, OutboxShape } from "./Outbox.js"
+import { eventIdOf } from "./Outbox.js"
+import type { OutboxCounts } from "./OutboxCounts.js"
+
+export interface EventPublisherOptions {
+  readonly outbox: OutboxShape
+  readonly sink: EventSinkShape
+  readonly counts: OutboxCounts
+  readonly prefix: string
+  /** Whether this process may still publish for the partition (it owns it and its lease holds). */
+  readonly servable: (partition: number) => boolean
+  readonly metrics: MetricsRecorder
+  readonly warn: (message: string, fields: Record<string, unknown>) => void
+  readonly pollIntervalMs?: number
+  readonly batchMax?: number
+}
+
+export interface EventPublisher {
+  /** Starts the publishers of partitions this process now serves (a running one is left as it is). */
+  readonly start: (partitions: ReadonlyArray<number>) => Effect.Effect<void>
+  /** Stops the publishers of partitions this process no longer serves; waits until they stopped. */
+  readonly stop: (partitions: ReadonlyArray<number>) => Effect.Effect<void>
+  /** A commit recorded events of these partitions. */
+  readonly wake: (partitions: Iterable<number>) => void
+}
+
+/** The event as published: kind, id, user and partition first, then what the decision recorded. */
+export const publishedBody = (row: OutboxRow, partition: number, databaseTag: string): string => {
+  const { event, at, ...fields } = JSON.parse(row.body) as { event: string; at: number }
+  return JSON.stringify({
+    event,
+    eventId: eventIdOf(databaseTag, row.seq),
+    user: row.user,
+    partition,
+    at,
+    ...fields
+  })
+}
+
+type Outcome = "drained" | "more" | "failed" | "lost"
+
+export const makeEventPublisher = (
+  options: EventPublisherOptions
+): Effect.Effect<EventPublisher, never, Scope.Scope> =>
+  Effect.gen(function* () {
+    const { outbox, sink, counts, prefix, metrics } = options
+    const pollIntervalMs = options.pollIntervalMs ?? eventsPollIntervalMs
+    const batchMax = options.batchMax ?? eventsPublishBatchMax
+    const fibers = yield* FiberMap.make<number>()
+    const wakers = new Map<number, Deferred.Deferred<void>>()
+    let lastWarningAt = -Infinity
+
+    const warnAtMostOncePerInterval = (message: string, fields: Record<string, unknown>): void => {
+      const now = Date.now()
+      if (now - lastWarningAt < eventsWarningIntervalMs) return
+      lastWarningAt = now
+      options.warn(message, { ...fields, pendingEvents: counts.total() })
+    }
+
+    /** Publishes the partition's oldest rows, in order, stopping at the first failure. */
+    const publishSome = (partition: number): Effect.Effect<Outcome> =>
+      Effect.gen(function* () {
+        const rows = yield* outbox.read(partition, batchMax)
+        // Nothing waits: what was counted in meanwhile (a commit counted after its rows were already
+        // published) is set right here, within a poll interval.
+        if (rows.length === 0) counts.set(partition, 0)
+        const published: Array<number> = []
+        let outcome: Outcome = rows.length === batchMax ? "more" : "drained"
+        for (const row of rows) {
+          if (!options.servable(partition)) {
+            outcome = "lost"
+            break
+          }
+          const sent = yield* Effect.exit(
+            sink.publish(
+              `${prefix}.v1.events.${row.kind}.${partition}`,
+              publishedBody(row, partition, outbox.databaseTag),
+              eventIdOf(outbox.databaseTag, row.seq)
+            )
+          )
+          if (Exit.isFailure(sent)) {
+            warnAtMostOncePerInterval("events are not being published; they wait in the outbox", {
+              partition,
+              error: String(Exit.isFailure(sent) ? sent.cause : "")
+            })
+            outcome = "failed"
+            break
+          }
+          published.push(row.seq)
+          metrics.eventPublished(row.kind)
+        }
+        yield* outbox.remove(published)
+        counts.published(partition, published.length)
+        return outcome
+      }).pipe(
+        Effect.catch((error) =>
+          Effect.sync((): Outcome => {
+            warnAtMostOncePerInterval("the events outbox cannot be read", { partition, error: error.reason })
+            return "failed"
+          })
+        )
+      )
+
+    /** Until interrupted: count the outbox, then publish whenever woken or every poll interval. */
+    const runPartition = (partition: number): Effect.Effect<never> =>
+      Effect.gen(function* () {
+        let retryDelayMs = eventsRetryDelayMsMin
+        const counted = yield* Effect.exit(outbox.count([partition]))
+        if (Exit.isSuccess(counted)) counts.set(partition, counted.value.get(partition) ?? 0)
+        for (;;) {
+          const woken = Deferred.makeUnsafe<void>()
+          wakers.set(partition, woken)
+          const outcome = yield* publishSome(partition)
+          if (outcome === "more") continue
+          if (outcome === "failed") {
+            yield* Effect.sleep(Duration.millis(retryDelayMs))
+            retryDelayMs = Math.min(eventsRetryDelayMsMax, retryDelayMs * 2)
+            continue
+          }
+          retryDelayMs = eventsRetryDelayMsMin
+          yield* Effect.raceFirst(Effect.sleep(Duration.millis(pollIntervalMs)), Deferred.await(woken))
+        }
+      })
+
+    const start = (partitions: ReadonlyArray<number>) =>
+      Effect.forEach(
+        partitions,
+        (partition) =>
+          Effect.gen(function* () {
+            if (yield* FiberMap.has(fibers, partition)) return
+            yield* FiberMap.run(fibers, partition, runPartition(partition))
+          }),
+        { discard: true }
+      )
+
+    const stop = (partitions: ReadonlyArray<number>) =>
+      Effect.forEach(
+        partitions,
+        (partition) =>
+          Effect.gen(function* () {
+            yield* FiberMap.remove(fibers, partition)
+            wakers.delete(partition)
+            counts.forget(partition)
+          }),
+        { discard: true }
+      )
+
+    const wake = (partitions: Iterable<number>) => {
+      for (const partition of partitions) {
+        const woken = wakers.get(partition)
+        if (woken !== undefined) Deferred.doneUnsafe(woken, Exit.void)
+      }
+    }
+
+    return { start, stop, wake }
+  })

@@ -1,0 +1,52 @@
+/**
+ * The events' part of `serve`: the stream made sure of at start (a failure is a warning: decisions go
+ * on and events wait in the outbox), and the publisher whose partitions follow what the process serves.
+ */
+import type { NatsConnection } from "@nats-io/transport-node"
+import { Effect, Exit } from "effect"
+import type { Scope } from "effect"
+import type { EventSettings } from "../config/eventSettings.js"
+import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
+import type { Logger } from "../transport/log.js"
+import type { EventPublisher } from "./EventPublisher.js"
+import { makeEventPublisher } from "./EventPublisher.js"
+import { makeJetStreamSink } from "./JetStreamSink.js"
+import type { OutboxShape } from "./Outbox.js"
+import type { OutboxCounts } from "./OutboxCounts.js"
+
+export interface StartEventsOptions {
+  readonly settings: EventSettings
+  readonly prefix: string
+  readonly connection: NatsConnection
+  readonly outbox: OutboxShape
+  readonly counts: OutboxCounts
+  readonly servable: (partition: number) => boolean
+  readonly metrics: MetricsRecorder
+  readonly logger: Logger
+}
+
+/** The publisher (none with QUOTA_EVENTS_ENABLED=false); its fibers end with the scope. */
+export const startEvents = (
+  options: StartEventsOptions
+): Effect.Effect<EventPublisher | undefined, never, Scope.Scope> =>
+  Effect.gen(function* () {
+    if (!options.settings.enabled) return undefined
+    const sink = makeJetStreamSink(options.connection, options.prefix, options.settings)
+    const ensured = yield* Effect.exit(sink.ensureStream)
+    if (Exit.isFailure(ensured))
+      options.logger.warn(
+        { stream: options.settings.streamName, error: String(ensured.cause) },
+        "the events stream is not available yet; events wait in the outbox until it is"
+      )
+    else options.logger.info({ stream: options.settings.streamName }, "events stream ready")
+    return yield* makeEventPublisher({
+      outbox: options.outbox,
+      sink,
+      counts: options.counts,
+      prefix: options.prefix,
+      servable: options.servable,
+      metrics: options.metrics,
+      warn: (message, fields) =>
+        options.logger.warn({ stream: options.settings.streamName, ...fields }, message)
+    })
+  })

@@ -1,0 +1,55 @@
+/** The events outbox in Postgres (migration 0006): one query per function. */
+import { Effect } from "effect"
+import type pg from "pg"
+import type { QuotaEventKind } from "../../domain/events.js"
+import type { OutboxRow, OutboxShape } from "../../events/Outbox.js"
+import { storeUnavailable } from "./errors.js"
+import { fromStoredText } from "./storedText.js"
+
+const outboxStatements = (schema: string) => ({
+  read: `
+    select seq::text, user_id, kind, body from "${schema}".events_outbox
+    where partition = $1 order by seq limit $2`,
+  remove: `delete from "${schema}".events_outbox where seq = any($1::bigint[])`,
+  count: `
+    select partition, count(*)::integer as rows from "${schema}".events_outbox
+    where partition = any($1::integer[]) group by partition`
+})
+
+export const makePostgresOutbox = (pool: pg.Pool, schema: string, createdAt: number): OutboxShape => {
+  const statements = outboxStatements(schema)
+  return {
+    databaseTag: createdAt.toString(36),
+    read: (partition, limit) =>
+      Effect.tryPromise({
+        try: async () => {
+          const result = await pool.query<{ seq: string; user_id: string; kind: string; body: string }>(
+            statements.read,
+            [partition, limit]
+          )
+          return result.rows.map((row): OutboxRow => ({
+            seq: Number(row.seq),
+            user: fromStoredText(row.user_id),
+            kind: row.kind as QuotaEventKind,
+            body: row.body
+          }))
+        },
+        catch: storeUnavailable(`read the events outbox of partition ${partition}`)
+      }),
+    remove: (seqs) =>
+      Effect.tryPromise({
+        try: async () => {
+          if (seqs.length > 0) await pool.query(statements.remove, [seqs])
+        },
+        catch: storeUnavailable(`remove ${seqs.length} published events`)
+      }),
+    count: (partitions) =>
+      Effect.tryPromise({
+        try: async () => {
+          const result = await pool.query<{ partition: number; rows: number }>(statements.count, [partitions])
+          return new Map(result.rows.map((row) => [row.partition, row.rows]))
+        },
+        catch: storeUnavailable("count the events outbox")
+      })
+  }
+}
