@@ -14,6 +14,8 @@ import {
 } from "../config/natsConnection.js"
 import type { Environment, SettingsInvalid } from "../config/SettingsInvalid.js"
 import { connectNats } from "../transport/natsConnect.js"
+import type { EventsOptions, EventSubscription } from "./events.js"
+import { subscribeEvents } from "./events.js"
 import { partitionOf } from "../domain/partition.js"
 import type { Result } from "../domain/results.js"
 import type { ClientCounters } from "./CommandDispatcher.js"
@@ -266,6 +268,15 @@ export class QuotaClient {
   /** Administration: a user's holds, oldest first, with `more` when `limit` cut the list. */
   listHolds(input: ListHoldsInput): Promise<ListHoldsResult> {
     return this.send<ListHoldsResult>("admin", { ...input, op: "list_holds" })
+  }
+
+  /**
+   * The coordinator's events (thresholds crossed, orphaned holds, expired slots, plan and limit
+   * changes) from their JetStream stream, as an async iterator of deliveries to acknowledge.
+   * See src/client/events.ts.
+   */
+  events(options: EventsOptions = {}): Promise<EventSubscription> {
+    return subscribeEvents(this.nc, this.options.prefix, options)
   }
 
   /**

@@ -195,6 +195,8 @@ export const connectionOptions = (
 ): Effect.Effect<ConnectionOptions, SettingsInvalid> =>
   Effect.gen(function* () {
     let authenticator: Authenticator | undefined
+    // nats.js reads no credentials from a URL; the nats CLI does (nats://user:pass@host, nats://token@host).
+    const fromUrl = urlCredentials(settings.servers)
     if (settings.user !== undefined && settings.password !== undefined)
       authenticator = usernamePasswordAuthenticator(settings.user, settings.password)
     else if (settings.token !== undefined) authenticator = tokenAuthenticator(settings.token)
@@ -214,7 +216,11 @@ export const connectionOptions = (
         "an nkey seed file",
         nkeyAuthenticator(new TextEncoder().encode(seed))
       )
-    }
+    } else if (fromUrl !== undefined)
+      authenticator =
+        fromUrl.password === undefined
+          ? tokenAuthenticator(fromUrl.user)
+          : usernamePasswordAuthenticator(fromUrl.user, fromUrl.password)
     const wantsTls =
       settings.caFile !== undefined ||
       settings.certFile !== undefined ||
@@ -226,11 +232,34 @@ export const connectionOptions = (
       tls.key = (yield* readNamedFile("NATS_KEY", settings.keyFile)).toString()
     }
     return {
-      servers: [...settings.servers],
+      servers: settings.servers.map(withoutCredentials),
       ...(authenticator === undefined ? {} : { authenticator }),
       ...(wantsTls ? { tls } : {})
     }
   })
+
+const userInfoPattern = /^([a-z][a-z0-9+.-]*:\/\/)([^@/?#]*)@/i
+
+/** The credentials of the first server URL that carries some: a user and password, or a token. */
+const urlCredentials = (
+  servers: ReadonlyArray<string>
+): { readonly user: string; readonly password?: string } | undefined => {
+  for (const server of servers) {
+    const userInfo = userInfoPattern.exec(server)?.[2]
+    if (userInfo === undefined || userInfo === "") continue
+    const colon = userInfo.indexOf(":")
+    return colon < 0
+      ? { user: decodeURIComponent(userInfo) }
+      : {
+          user: decodeURIComponent(userInfo.slice(0, colon)),
+          password: decodeURIComponent(userInfo.slice(colon + 1))
+        }
+  }
+  return undefined
+}
+
+/** A server URL as given to nats.js: its credentials go to the authenticator instead. */
+const withoutCredentials = (server: string): string => server.replace(userInfoPattern, "$1")
 
 /** What logs may say of a connection: redacted servers, how it authenticates, which files. Never a secret. */
 export const describeConnection = (settings: NatsConnectionSettings): Record<string, string> => ({

@@ -107,6 +107,20 @@ describe("connectionOptions", () => {
       nkey: expect.stringMatching(/^U/) as string
     })
     expect((await options({ NATS_URL: "tls://a:4222" })).tls).toEqual({})
+    // As the nats CLI: credentials in the URL (percent-decoded), given to nats.js as an authenticator.
+    expect(await authenticate({ NATS_URL: "nats://svc:p%40ss@a:4222" })).toEqual({
+      user: "svc",
+      pass: "p@ss"
+    })
+    expect(await authenticate({ NATS_URL: "nats://s3cr3t@a:4222" })).toEqual({ auth_token: "s3cr3t" })
+    expect((await options({ NATS_URL: "nats://svc:pw@a:4222,nats://b:4222" })).servers).toEqual([
+      "nats://a:4222",
+      "nats://b:4222"
+    ])
+    // Explicit variables win over the URL's.
+    expect(await authenticate({ NATS_URL: "nats://svc:pw@a:4222", NATS_TOKEN: "t" })).toEqual({
+      auth_token: "t"
+    })
     expect((await options({ NATS_CA: join(dir, "ca.pem") })).tls?.ca).toContain("BEGIN CERTIFICATE")
   })
 
