@@ -112,7 +112,7 @@ export const makeEventPublisher = (
             break
           }
           published.push(row.seq)
-          metrics.eventPublished(row.kind)
+          metrics.eventPublished(row.kind, sent.value)
         }
         yield* outbox.remove(published)
         counts.published(partition, published.length)

@@ -29,8 +29,15 @@ export class EventsUnavailable extends Data.TaggedError("EventsUnavailable")<{ r
 export interface EventSinkShape {
   /** Creates the stream if it is missing (file storage, the settings' retention and duplicate window). */
   readonly ensureStream: Effect.Effect<void, EventsUnavailable>
-  /** Publishes one event and waits for the stream's acknowledgement (a duplicate id is acknowledged too). */
-  readonly publish: (subject: string, body: string, eventId: string) => Effect.Effect<void, EventsUnavailable>
+  /**
+   * Publishes one event and waits for the stream's acknowledgement; true when the stream already had
+   * its id (a re-publish after a crash or a hand-off, kept once by the duplicate window).
+   */
+  readonly publish: (
+    subject: string,
+    body: string,
+    eventId: string
+  ) => Effect.Effect<boolean, EventsUnavailable>
 }
 
 const reasonOf = (cause: unknown): string => (cause instanceof Error ? cause.message : String(cause))
@@ -91,7 +98,7 @@ export const makeJetStreamSink = (
           return new EventsUnavailable({ reason: `publish to ${subject}: ${reasonOf(cause)}` })
         }
       })
-    ).pipe(Effect.asVoid)
+    ).pipe(Effect.map((ack) => ack.duplicate))
 
   return { ensureStream, publish }
 }

@@ -24,8 +24,8 @@ export interface MetricsRecorder {
   readonly holdExpired: (meter: string) => void
   /** An `acquire_slot` was answered `busy` (a snooze) for a user on `plan`. */
   readonly slotBusy: (plan: string) => void
-  /** The events stream acknowledged an event of this kind. */
-  readonly eventPublished: (kind: string) => void
+  /** The events stream acknowledged an event of this kind; `duplicate`: it had its id already. */
+  readonly eventPublished: (kind: string, duplicate: boolean) => void
 }
 
 const ignore = (): void => {}

@@ -284,7 +284,7 @@ export const makePrometheusMetrics = (options: PrometheusMetricsOptions): Promet
   const eventsPublished = countedCounter(
     new Counter({
       name: "quota_events_published_total",
-      help: "Events the JetStream stream acknowledged, by kind.",
+      help: "Events the JetStream stream acknowledged and stored, by kind.",
       labelNames: ["kind"],
       registers: [registry]
     }),
@@ -292,6 +292,15 @@ export const makePrometheusMetrics = (options: PrometheusMetricsOptions): Promet
     true
   )
   const eventKindIndex = indexer(quotaEventKinds, -1)
+  const eventsRepublished = countedCounter(
+    new Counter({
+      name: "quota_events_republished_total",
+      help: "Events published again that the stream already had (after a crash or a hand-off): kept once.",
+      registers: [registry]
+    }),
+    [{}],
+    true
+  )
   const fencedWrites = countedCounter(
     new Counter({
       name: "quota_fenced_writes_total",
@@ -343,7 +352,11 @@ export const makePrometheusMetrics = (options: PrometheusMetricsOptions): Promet
     slotBusy: (plan) => {
       slotsBusy[planIndex(plan)]! += 1
     },
-    eventPublished: (kind) => {
+    eventPublished: (kind, duplicate) => {
+      if (duplicate) {
+        eventsRepublished[0]! += 1
+        return
+      }
       const cell = eventKindIndex(kind)
       if (cell >= 0) eventsPublished[cell]! += 1
     }

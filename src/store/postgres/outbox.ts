@@ -7,9 +7,11 @@ import { storeUnavailable } from "./errors.js"
 import { fromStoredText } from "./storedText.js"
 
 const outboxStatements = (schema: string) => ({
+  // Ordered by the column, not by the text of the output (which ORDER BY would otherwise take: "10" < "9").
   read: `
-    select seq::text, user_id, kind, body from "${schema}".events_outbox
-    where partition = $1 order by seq limit $2`,
+    select outbox.seq::text as seq_text, outbox.user_id, outbox.kind, outbox.body
+    from "${schema}".events_outbox as outbox
+    where outbox.partition = $1 order by outbox.seq limit $2`,
   remove: `delete from "${schema}".events_outbox where seq = any($1::bigint[])`,
   count: `
     select partition, count(*)::integer as rows from "${schema}".events_outbox
@@ -23,12 +25,12 @@ export const makePostgresOutbox = (pool: pg.Pool, schema: string, createdAt: num
     read: (partition, limit) =>
       Effect.tryPromise({
         try: async () => {
-          const result = await pool.query<{ seq: string; user_id: string; kind: string; body: string }>(
+          const result = await pool.query<{ seq_text: string; user_id: string; kind: string; body: string }>(
             statements.read,
             [partition, limit]
           )
           return result.rows.map((row): OutboxRow => ({
-            seq: Number(row.seq),
+            seq: Number(row.seq_text),
             user: fromStoredText(row.user_id),
             kind: row.kind as QuotaEventKind,
             body: row.body
