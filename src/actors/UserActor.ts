@@ -24,6 +24,7 @@ import { unavailable } from "../domain/results.js"
 import type { UserState } from "../domain/state.js"
 import { nextDeadline, planOf, userStateFromStored } from "../domain/state.js"
 import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
+import { failedWriteRetryDelayMs } from "../domain/limits.js"
 import type { StoreShape } from "../store/Store.js"
 import type { RecencyLinks } from "./RecencyList.js"
 
@@ -322,6 +323,14 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
       }
       actor.lastActiveAt = decidedAt
       actor.inFlight = noEnvelopes
-      settings.scheduleDeadline(actor, nextDeadline(state))
+      const deadline = nextDeadline(state)
+      // After a failed write, what fell due (an expiry the store refused: the events outbox full, the
+      // write fenced) is tried again after a pause, not at once in a loop of loads and refusals.
+      settings.scheduleDeadline(
+        actor,
+        confirmed === undefined && deadline !== null
+          ? Math.max(deadline, decidedAt + failedWriteRetryDelayMs)
+          : deadline
+      )
     }
   })

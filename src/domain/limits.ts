@@ -63,6 +63,12 @@ export const mailboxCapacity = 4_096
 /** Commands one actor decides before handing their events to the store in one write. */
 export const actorDecisionsPerWriteMax = 512
 
+/**
+ * After an actor's write failed, what falls due in its state (an expiry, a lease end) is decided again
+ * no sooner than this: a store that refuses (events outbox full) is not asked again in a tight loop.
+ */
+export const failedWriteRetryDelayMs = 1_000
+
 /** Actors resident at once. A new user past it evicts the least recently used idle actor; if none is idle, `overloaded`. */
 export const residentActorsMax = 100_000
 
