@@ -10,6 +10,29 @@ import { meterThresholds } from "./config.js"
 import type { MeterState, UserState } from "./state.js"
 import { meterAt, meterLimit } from "./state.js"
 
+/** A threshold as the decimal fraction it was written as (1.1 is 11/10), when it has one of at most 15 places. */
+const decimalFraction = (threshold: number): { numerator: bigint; denominator: bigint } | undefined => {
+  for (let places = 0, scale = 1; places <= 15; places += 1, scale *= 10) {
+    const scaled = Math.round(threshold * scale)
+    if (scaled / scale === threshold) return { numerator: BigInt(scaled), denominator: BigInt(scale) }
+  }
+  return undefined
+}
+
+/**
+ * `used >= threshold * limit` as PROTOCOL.md means it, in decimals: in binary floating point 1.1 * 50
+ * is 55.00000000000001, and 55 of 50 would not reach a 110 % threshold. Exact for thresholds written
+ * with up to 15 decimal places; the product in floating point decides only far from the boundary.
+ */
+export const reachesThreshold = (used: number, threshold: number, limit: number): boolean => {
+  const product = threshold * limit
+  if (used > product * (1 + 1e-9)) return true
+  if (used < product * (1 - 1e-9)) return false
+  const fraction = decimalFraction(threshold)
+  if (fraction === undefined) return used >= product
+  return BigInt(used) * fraction.denominator >= fraction.numerator * BigInt(limit)
+}
+
 /**
  * Announces what `used` of `meter` has newly reached. Returns whether anything was announced (the
  * caller then writes the usage row, which carries what was announced).
@@ -25,7 +48,11 @@ export const announceThresholds = (
   if (limit <= 0 || meterState.used === 0) return false
   let crossed: Array<number> | undefined
   for (const threshold of meterThresholds(ctx.config, meter)) {
-    if (meterState.used < threshold * limit || meterState.thresholdsCrossed.includes(threshold)) continue
+    if (
+      !reachesThreshold(meterState.used, threshold, limit) ||
+      meterState.thresholdsCrossed.includes(threshold)
+    )
+      continue
     crossed ??= [...meterState.thresholdsCrossed]
     crossed.push(threshold)
     output.events.push({

@@ -113,6 +113,21 @@ export const setPlanArb: fc.Arbitrary<Command> = fc.record({
   plan: fc.constantFrom("free", "pro", "gold")
 })
 
+/**
+ * Administration that moves limits, for the thresholds a lowered limit crosses: a plan change, a limit
+ * set, or a meter back to its plan's limit (so that the next plan change moves it).
+ */
+export const limitChangeArb: fc.Arbitrary<Command> = fc.oneof(
+  setPlanArb,
+  setLimitArb,
+  fc.record({
+    op: fc.constant("set_limit" as const),
+    user: userArb,
+    meter: fc.constantFrom(...propertyMeters),
+    limit: fc.constant(null)
+  })
+)
+
 /** Every operation; reserve and the hold operations weigh most, admin changes least. */
 export const commandArb: fc.Arbitrary<Command> = fc.oneof(
   { weight: 8, arbitrary: reserveArb },
@@ -130,27 +145,42 @@ export const commandArb: fc.Arbitrary<Command> = fc.oneof(
   { weight: 1, arbitrary: setPlanArb }
 )
 
-/** Setup: each user's plan and a small limit on every meter, applied one at a time before the concurrency. */
-export const setupArb: fc.Arbitrary<Array<Command>> = fc
-  .tuple(
-    ...propertyUsers.map((user) =>
-      fc
-        .record({
-          plan: fc.constantFrom("free", "free", "pro"),
-          limits: fc.tuple(limitArb, limitArb, limitArb)
-        })
-        .map(({ plan, limits }): Array<Command> => [
-          { op: "set_plan", user, plan },
-          ...propertyMeters.map((meter, index): Command => ({
-            op: "set_limit",
-            user,
-            meter,
-            limit: limits[index]!
-          }))
-        ])
+/**
+ * Setup: each user's plan and a limit on every meter (`null`: the plan's), applied one at a time
+ * before the concurrency.
+ */
+const setupWith = (meterLimitArb: fc.Arbitrary<number | null>): fc.Arbitrary<Array<Command>> =>
+  fc
+    .tuple(
+      ...propertyUsers.map((user) =>
+        fc
+          .record({
+            plan: fc.constantFrom("free", "free", "pro"),
+            limits: fc.tuple(meterLimitArb, meterLimitArb, meterLimitArb)
+          })
+          .map(({ plan, limits }): Array<Command> => [
+            { op: "set_plan", user, plan },
+            ...propertyMeters.map((meter, index): Command => ({
+              op: "set_limit",
+              user,
+              meter,
+              limit: limits[index]!
+            }))
+          ])
+      )
     )
-  )
-  .map((perUser) => perUser.flat())
+    .map((perUser) => perUser.flat())
+
+/** Setup with a small limit on every meter (the default configuration's plan limits are large). */
+export const setupArb: fc.Arbitrary<Array<Command>> = setupWith(limitArb)
+
+/**
+ * Setup where a meter is left on its plan's limit one time in three, for a configuration with small
+ * plan limits: a plan change then moves the limit (and may cross thresholds).
+ */
+export const setupOnPlansArb: fc.Arbitrary<Array<Command>> = setupWith(
+  fc.option(limitArb, { nil: null, freq: 3 })
+)
 
 /** A short description of a command, for counterexamples. */
 export const showCommand = (command: Command): string => {

@@ -3,31 +3,57 @@
  * (expiry, lease end, idle actors reloading, a month boundary), retries and duplicates racing each
  * other, and crashes at random points. The auditor (test/support/worlds.ts) predicts every reply with
  * the independent model, and after a crash keeps every world the `unavailable` replies leave possible.
+ * After every step the outbox (each user's recorded events, PROTOCOL.md "Events") must be exactly what
+ * some possible world's decisions recorded: nothing missing, nothing extra (none of a decision whose
+ * write failed), in order; worlds whose events differ from it are dropped.
  */
+import { isDeepStrictEqual } from "node:util"
 import { Effect } from "effect"
 import fc from "fast-check"
 import { describe, it } from "vitest"
 import type { Command } from "../../src/domain/commands.js"
+import type { Config } from "../../src/domain/config.js"
 import { defaultConfig } from "../../src/domain/config.js"
+import type { QuotaEvent } from "../../src/domain/events.js"
 import { makeMemoryStore } from "../../src/store/MemoryStore.js"
 import type { StoreShape } from "../../src/store/Store.js"
 import { auditStore } from "../support/audit.js"
 import { flushTurns, startCoordinator } from "../support/harness.js"
 import type { CoordinatorHarness } from "../support/harness.js"
-import { initialModel } from "../support/model.js"
+import { canonicalEvents, initialModel, modelEvents } from "../support/model.js"
 import { assertProperty, propertyTimeoutMs } from "../support/properties.js"
 import type { AuditedSystem } from "../support/worlds.js"
 import { Auditor } from "../support/worlds.js"
 import {
   commandArb,
   holdChainArb,
+  limitChangeArb,
   propertyUsers,
-  setupArb,
+  setupOnPlansArb,
   showCommand,
   slotChainArb
 } from "./arbitraries.js"
 
-const config = defaultConfig
+/**
+ * The default meters and plans with limits small enough that `set_plan` and `set_limit` (to null)
+ * move a user across thresholds, and each kind of threshold list: the default [0.8, 1], none, overage
+ * alerts, and four.
+ */
+const config: Config = {
+  ...defaultConfig,
+  meters: [
+    { name: "analysis", period: "month" },
+    { name: "specview", period: "month", thresholds: [] },
+    // 1.1: exact in decimals, not in binary (1.1 * 10 is 11.000000000000002).
+    { name: "tokens", period: "month", thresholds: [0.5, 1.1, 1.25] },
+    { name: "storage_bytes", period: "none", thresholds: [0.25, 0.5, 0.75, 1] }
+  ],
+  plans: {
+    ...defaultConfig.plans,
+    free: { slots: 1, limits: { analysis: 10, specview: 10, tokens: 8, storage_bytes: 12 } },
+    pro: { slots: 3, limits: { analysis: 6, specview: 20, tokens: 12, storage_bytes: 4 } }
+  }
+}
 
 /** 2026-01-31T22:00:00Z: two hours before a month boundary. */
 const startAt = Date.UTC(2026, 0, 31, 22)
@@ -101,6 +127,47 @@ interface World {
   readonly auditor: Auditor
 }
 
+const showEvent = (event: QuotaEvent): string => {
+  const { event: kind, ...fields } = event
+  return `${kind}${JSON.stringify(fields)}`
+}
+
+/**
+ * The outbox must hold, per user, exactly the events of some possible world (canonical order: the
+ * order of several expiries in one decision is the protocol's to leave open). Keeps those worlds only.
+ */
+const checkOutbox = (auditor: Auditor, real: Real, when: string): void => {
+  const outbox = new Map(
+    propertyUsers.map((user) => [user, canonicalEvents(real.store.rows.get(user)?.events ?? [])])
+  )
+  const matching = auditor.worlds.filter((world) =>
+    propertyUsers.every((user) =>
+      isDeepStrictEqual(canonicalEvents(modelEvents(world, user)), outbox.get(user))
+    )
+  )
+  if (matching.length > 0) {
+    auditor.worlds = matching
+    return
+  }
+  const world = auditor.worlds[0]!
+  const differences = propertyUsers.flatMap((user) => {
+    const expected = canonicalEvents(modelEvents(world, user))
+    const actual = outbox.get(user)!
+    if (isDeepStrictEqual(expected, actual)) return []
+    let first = 0
+    while (first < expected.length && isDeepStrictEqual(expected[first], actual[first])) first += 1
+    return [
+      `${user}: first difference at #${first}`,
+      `  model:  ${expected.slice(first).map(showEvent).join("\n          ") || "(nothing more)"}`,
+      `  outbox: ${actual.slice(first).map(showEvent).join("\n          ") || "(nothing more)"}`
+    ]
+  })
+  throw new Error(
+    `${when}: the outbox holds the events of no possible world (${auditor.worlds.length} world(s); the first's view):\n  ` +
+      `${differences.join("\n  ")}\n  last replies:\n    ${auditor.log.slice(-12).join("\n    ")}`
+  )
+}
+
 type LifecycleCommand = fc.AsyncCommand<World, Real>
 
 class Send implements LifecycleCommand {
@@ -108,6 +175,7 @@ class Send implements LifecycleCommand {
   check = () => true
   run = async (model: World, real: Real) => {
     for (const command of this.commands) await model.auditor.exchange(real, [command])
+    checkOutbox(model.auditor, real, this.toString())
   }
   toString = () => this.commands.map(showCommand).join("; ")
 }
@@ -118,6 +186,7 @@ class Concurrent implements LifecycleCommand {
   check = () => true
   run = async (model: World, real: Real) => {
     await model.auditor.exchange(real, this.commands)
+    checkOutbox(model.auditor, real, this.toString())
   }
   toString = () => `concurrently(${this.commands.map(showCommand).join(" | ")})`
 }
@@ -127,6 +196,7 @@ class Advance implements LifecycleCommand {
   check = (model: Readonly<World>) => model.auditor.now + this.ms - startAt <= elapsedMax
   run = async (model: World, real: Real) => {
     await model.auditor.advance(real, this.ms)
+    checkOutbox(model.auditor, real, this.toString())
   }
   toString = () => `advance(${this.ms} ms)`
 }
@@ -151,6 +221,8 @@ class Crash implements LifecycleCommand {
     }
     real.releaseHeld()
     await flushTurns(5)
+    // The held writes were fenced: none of their events may have reached the outbox.
+    checkOutbox(model.auditor, real, this.toString())
   }
   toString = () =>
     `crash(writes ${this.gate}${this.late ? " released late" : ""}, after ${this.turns} turns, in flight: ${this.commands.map(showCommand).join(" | ")})`
@@ -168,7 +240,8 @@ const sendArb: fc.Arbitrary<LifecycleCommand> = fc
   .oneof(
     { weight: 6, arbitrary: commandArb.map((command) => [command]) },
     { weight: 3, arbitrary: holdChainArb },
-    { weight: 2, arbitrary: slotChainArb }
+    { weight: 2, arbitrary: slotChainArb },
+    { weight: 1, arbitrary: limitChangeArb.map((command) => [command]) }
   )
   .map((commands) => new Send(commands))
 
@@ -205,18 +278,20 @@ const lifecycleCommands = fc.commands(lifecycleCommandArbs, { maxCommands: 60, s
 
 describe("lifecycle (fc.commands: holds, slots, time, retries, crashes)", () => {
   it(
-    "answers every command as the model (or a world a crash left possible) and keeps the rows sound",
+    "answers every command as the model (or a world a crash left possible), keeps the rows sound and records exactly its events",
     async () => {
       await assertProperty(
         "lifecycle",
-        fc.asyncProperty(setupArb, lifecycleCommands, async (setup, commands) => {
+        fc.asyncProperty(setupOnPlansArb, lifecycleCommands, async (setup, commands) => {
           const real = await startReal()
           try {
             const auditor = new Auditor(config, propertyUsers, initialModel(startAt))
             for (const command of setup) await auditor.exchange(real, [command])
+            checkOutbox(auditor, real, "setup")
             await fc.asyncModelRun(() => ({ model: { auditor }, real }), commands)
-            // Settle every waiter, then check the durable rows.
+            // Settle every waiter, then check the durable rows and the outbox.
             await auditor.advance(real, 31_000)
+            checkOutbox(auditor, real, "at the end")
             const problems = [
               ...real.harness.errors
                 .filter((error) => !error.includes("fenced"))

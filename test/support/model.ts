@@ -6,7 +6,11 @@
  * - `reserved` and `pendingHolds` are recounted from the holds on every read, never kept as counters;
  * - usage is one (periodStart, used) pair per meter, read as 0 once its period is over;
  * - time is a list of events processed in order (hold expiry, lease end, waiter timeout), each at its
- *   own moment, whatever size the jump.
+ *   own moment, whatever size the jump;
+ * - the events a decision records (PROTOCOL.md "Events") are appended to the user's `events`: expiries
+ *   when they fall due, `plan_changed` / `limit_changed` when the command changes what is stored, and,
+ *   after every decision, each threshold whose `used >= threshold x limit` holds for the first time in
+ *   the period (the protocol's definition, checked on every meter whatever the command was).
  * The state is plain JSON-able data, so a property can copy it (`structuredClone`) to keep several
  * possible worlds when a reply was `unavailable` and its effect is unknown.
  *
@@ -14,6 +18,7 @@
  */
 import type { Command } from "../../src/domain/commands.js"
 import type { Config, Period } from "../../src/domain/config.js"
+import type { QuotaEvent } from "../../src/domain/events.js"
 import type { Result } from "../../src/domain/results.js"
 
 export const amountMax = 2 ** 53 - 1
@@ -43,15 +48,24 @@ export interface ModelWaiter {
   readonly callers: Array<number>
 }
 
+/** A meter's usage in one period, and the thresholds already announced in it. */
+export interface ModelUsage {
+  readonly periodStart: number | null
+  readonly used: number
+  readonly announced: Array<number>
+}
+
 export interface ModelUser {
   plan: string | null
   readonly limitOverrides: Record<string, number>
-  readonly usage: Record<string, { periodStart: number | null; used: number }>
+  readonly usage: Record<string, ModelUsage>
   readonly holds: Array<ModelHold>
   readonly adjustments: Array<{ readonly id: string; readonly meter: string; readonly amount: number }>
   /** job -> leaseExpiresAt */
   readonly slots: Record<string, number>
   readonly waiters: Array<ModelWaiter>
+  /** Every event the user's applied decisions recorded, in order (what the outbox must hold). */
+  readonly events: Array<QuotaEvent>
 }
 
 export interface ModelState {
@@ -84,7 +98,16 @@ export const periodStartOf = (period: Period, now: number): number | null => {
 const userOf = (state: ModelState, user: string): ModelUser => {
   let entry = state.users[user]
   if (entry === undefined) {
-    entry = { plan: null, limitOverrides: {}, usage: {}, holds: [], adjustments: [], slots: {}, waiters: [] }
+    entry = {
+      plan: null,
+      limitOverrides: {},
+      usage: {},
+      holds: [],
+      adjustments: [],
+      slots: {},
+      waiters: [],
+      events: []
+    }
     state.users[user] = entry
   }
   return entry
@@ -101,11 +124,17 @@ const limitOf = (config: Config, user: ModelUser, meter: string): number =>
 const slotLimitOf = (config: Config, user: ModelUser): number | null =>
   config.fairness.enabled ? (config.plans[planOf(config, user)]?.slots ?? 0) : null
 
-const usedOf = (config: Config, state: ModelState, user: ModelUser, meter: string): number => {
+/** The meter's usage row of the current period: an earlier period's counts as none. */
+const usageNow = (config: Config, state: ModelState, user: ModelUser, meter: string): ModelUsage => {
   const row = user.usage[meter]
   const current = periodStartOf(periodOf(config, meter) ?? "none", state.now)
-  return row === undefined || row.periodStart !== current ? 0 : row.used
+  return row === undefined || row.periodStart !== current
+    ? { periodStart: current, used: 0, announced: [] }
+    : row
 }
+
+const usedOf = (config: Config, state: ModelState, user: ModelUser, meter: string): number =>
+  usageNow(config, state, user, meter).used
 
 const pendingOf = (user: ModelUser, meter: string): Array<ModelHold> =>
   user.holds.filter((hold) => hold.meter === meter && hold.state === "pending")
@@ -115,10 +144,52 @@ const reservedOf = (user: ModelUser, meter: string): number =>
 
 /** Adds `delta` to this period's usage; a refund takes it to 0 at the lowest. */
 const charge = (config: Config, state: ModelState, user: ModelUser, meter: string, delta: number): void => {
-  const used = usedOf(config, state, user, meter)
-  user.usage[meter] = {
-    periodStart: periodStartOf(periodOf(config, meter) ?? "none", state.now),
-    used: Math.max(0, used + delta)
+  const row = usageNow(config, state, user, meter)
+  user.usage[meter] = { ...row, used: Math.max(0, row.used + delta) }
+}
+
+/** PROTOCOL.md "Configuration": a meter that lists no thresholds has [0.8, 1]. */
+const thresholdsOf = (config: Config, meter: string): Array<number> =>
+  [...(config.meters.find((entry) => entry.name === meter)?.thresholds ?? [0.8, 1])].sort(
+    (left, right) => left - right
+  )
+
+/**
+ * PROTOCOL.md "Events", `usage_threshold`: the first decision in a period after which a meter's
+ * `used >= threshold x limit` announces that threshold, once per period; a limit of 0 crosses none.
+ * Run after every decision of the user, on every meter: whatever the command was, only what is newly
+ * true is announced, each meter's thresholds ascending.
+ */
+/**
+ * `used >= threshold x limit` in decimals, the threshold as written in the configuration (1.1 is 11/10:
+ * in binary floating point 1.1 * 50 is 55.00000000000001, which 55 would not reach).
+ */
+const reaches = (used: number, threshold: number, limit: number): boolean => {
+  const written = String(threshold)
+  if (written.includes("e")) return used >= threshold * limit
+  const [whole, decimals = ""] = written.split(".")
+  return BigInt(used) * 10n ** BigInt(decimals.length) >= BigInt(`${whole}${decimals}`) * BigInt(limit)
+}
+
+const announceThresholds = (config: Config, state: ModelState, user: ModelUser): void => {
+  for (const { name, period } of config.meters) {
+    const limit = limitOf(config, user, name)
+    if (limit <= 0) continue
+    const row = usageNow(config, state, user, name)
+    for (const threshold of thresholdsOf(config, name)) {
+      if (!reaches(row.used, threshold, limit) || row.announced.includes(threshold)) continue
+      user.usage[name] = row
+      row.announced.push(threshold)
+      user.events.push({
+        event: "usage_threshold",
+        at: state.now,
+        meter: name,
+        periodStart: periodStartOf(period, state.now),
+        threshold,
+        limit,
+        used: row.used
+      })
+    }
   }
 }
 
@@ -188,10 +259,22 @@ const serveWaiters = (config: Config, state: ModelState, user: ModelUser, wakes:
 const processDue = (config: Config, state: ModelState, wakes: Array<Wake>): void => {
   for (const user of Object.values(state.users)) {
     for (const hold of user.holds) {
-      if (hold.state === "pending" && hold.expiresAt <= state.now) hold.state = "expired"
+      if (hold.state !== "pending" || hold.expiresAt > state.now) continue
+      hold.state = "expired"
+      user.events.push({
+        event: "hold_expired",
+        at: state.now,
+        meter: hold.meter,
+        id: hold.id,
+        amount: hold.amount,
+        consumed: hold.consumed,
+        returned: Math.max(0, hold.amount - hold.consumed)
+      })
     }
     for (const [job, leaseExpiresAt] of Object.entries(user.slots)) {
-      if (leaseExpiresAt <= state.now) delete user.slots[job]
+      if (leaseExpiresAt > state.now) continue
+      delete user.slots[job]
+      user.events.push({ event: "slot_expired", at: state.now, job, plan: planOf(config, user) })
     }
     serveWaiters(config, state, user, wakes)
     for (const waiter of [...user.waiters]) {
@@ -413,14 +496,20 @@ const decideOne = (
     }
     case "set_plan": {
       if (!Object.hasOwn(config.plans, command.plan)) return { status: "unknown_plan" }
+      const previousPlan = planOf(config, user)
       user.plan = command.plan
+      if (command.plan !== previousPlan) {
+        user.events.push({ event: "plan_changed", at: state.now, plan: command.plan, previousPlan })
+      }
       serveWaiters(config, state, user, wakes)
       return { status: "ok" }
     }
     case "set_limit": {
       if (periodOf(config, command.meter) === undefined) return { status: "unknown_meter" }
+      if (command.limit === (user.limitOverrides[command.meter] ?? null)) return { status: "ok" }
       if (command.limit === null) delete user.limitOverrides[command.meter]
       else user.limitOverrides[command.meter] = command.limit
+      user.events.push({ event: "limit_changed", at: state.now, meter: command.meter, limit: command.limit })
       return { status: "ok" }
     }
   }
@@ -453,7 +542,46 @@ export const modelStep = (config: Config, state: ModelState, command: Command, c
   const wakes: Array<Wake> = []
   processDue(config, state, wakes)
   const result = decideOne(config, state, command, caller, wakes)
+  const user = state.users[command.user]
+  if (user !== undefined) announceThresholds(config, state, user)
   return { result, wakes }
+}
+
+/** The events the model says `user`'s applied decisions recorded, in order. */
+export const modelEvents = (state: ModelState, user: string): ReadonlyArray<QuotaEvent> =>
+  state.users[user]?.events ?? []
+
+const expiryKey = (event: QuotaEvent): string | undefined =>
+  event.event === "hold_expired" ? event.id : event.event === "slot_expired" ? event.job : undefined
+
+/**
+ * Events in a comparable order. PROTOCOL.md orders events by decision, and one decision's thresholds
+ * ascending; it leaves open the order of several holds (or leases) expiring in one decision, so each
+ * run of such expiries at one `at` is put in id (job) order. Two decisions never make one run: the
+ * first expires everything due.
+ */
+export const canonicalEvents = (events: ReadonlyArray<QuotaEvent>): Array<QuotaEvent> => {
+  const result: Array<QuotaEvent> = []
+  let run: Array<QuotaEvent> = []
+  const flush = (): void => {
+    run.sort((left, right) => {
+      const leftKey = expiryKey(left)!
+      const rightKey = expiryKey(right)!
+      return leftKey < rightKey ? -1 : leftKey > rightKey ? 1 : 0
+    })
+    result.push(...run)
+    run = []
+  }
+  for (const event of events) {
+    const first = run[0]
+    if (first !== undefined && (first.event !== event.event || first.at !== event.at)) flush()
+    if (expiryKey(event) === undefined) {
+      flush()
+      result.push(event)
+    } else run.push(event)
+  }
+  flush()
+  return result
 }
 
 /** The statuses PROTOCOL.md allows for each operation (errors any command may get included). */

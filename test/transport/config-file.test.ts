@@ -58,6 +58,33 @@ describe("parseConfigFile", () => {
     })
   })
 
+  it("keeps a meter's thresholds ascending, [] as none, and no field where the file lists none", () => {
+    const meters = {
+      analysis: { period: "month", thresholds: [1, 0.5] },
+      tokens: { period: "day", thresholds: [] },
+      storage_bytes: { period: "none", thresholds: [2, 0.8, 1.25, 1] },
+      specview: { period: "month" }
+    }
+    const parsed = parseConfigFile({
+      ...valid,
+      meters
+    })
+    expect(parsed).toEqual({
+      ok: {
+        meters: [
+          { name: "analysis", period: "month", thresholds: [0.5, 1] },
+          { name: "tokens", period: "day", thresholds: [] },
+          { name: "storage_bytes", period: "none", thresholds: [0.8, 1, 1.25, 2] },
+          { name: "specview", period: "month" }
+        ],
+        plans: valid.plans,
+        defaultPlan: "free"
+      }
+    })
+    // The file's own array is left as it was.
+    expect(meters.analysis.thresholds).toEqual([1, 0.5])
+  })
+
   it("defaults defaultPlan to free and a plan's limits to none", () => {
     const { defaultPlan: _unused, ...withoutDefault } = valid
     expect(parseConfigFile({ ...withoutDefault, plans: { free: { slots: 0 } } })).toMatchObject({
@@ -127,7 +154,33 @@ describe("parseConfigFile", () => {
       "defaultPlan",
       'plan "gold" is not in plans'
     ],
-    ["defaultPlan not a string", { ...valid, defaultPlan: 1 }, "defaultPlan", "must be a string"]
+    ["defaultPlan not a string", { ...valid, defaultPlan: 1 }, "defaultPlan", "must be a string"],
+    ...(
+      [
+        ["thresholds not an array (a number)", 0.8, "meters.analysis.thresholds", "must be an array"],
+        ["thresholds not an array (a string)", "0.8, 1", "meters.analysis.thresholds", "must be an array"],
+        ["thresholds not an array (an object)", { 0: 0.8 }, "meters.analysis.thresholds", "must be an array"],
+        [
+          "more than 4 thresholds",
+          [0.2, 0.4, 0.6, 0.8, 1],
+          "meters.analysis.thresholds",
+          "at most 4 thresholds"
+        ],
+        ["a repeated threshold", [0.8, 1, 0.8], "meters.analysis.thresholds", "must not repeat"],
+        ["a threshold of 0", [0.5, 0], "meters.analysis.thresholds.1", "must be a number above 0"],
+        ["a negative threshold", [-0.8], "meters.analysis.thresholds.0", "must be a number above 0"],
+        ["a threshold as a string", [0.5, "0.8"], "meters.analysis.thresholds.1", "must be a number above 0"],
+        ["NaN as a string", ["NaN"], "meters.analysis.thresholds.0", "must be a number above 0"],
+        ["NaN (not from JSON)", [Number.NaN], "meters.analysis.thresholds.0", "must be a number above 0"],
+        ["Infinity (not from JSON)", [Infinity], "meters.analysis.thresholds.0", "must be a number above 0"],
+        ["a null threshold", [0.5, 1, null], "meters.analysis.thresholds.2", "must be a number above 0"]
+      ] as Array<[string, unknown, string, string]>
+    ).map(([name, thresholds, path, reason]): [string, unknown, string, string] => [
+      name,
+      { ...valid, meters: { ...valid.meters, analysis: { period: "month", thresholds } } },
+      path,
+      reason
+    ])
   ]
   it.each(refusals)("refuses %s at %s", (_name, json, path, reason) => {
     const parsed = parseConfigFile(json)
@@ -167,6 +220,20 @@ describe("loadConfig", () => {
     expect(config.plans["free"]).toEqual({ slots: 4, limits: { analysis: 5, tokens: 400_000 } })
     expect(config.plans["enterprise"]).toBeUndefined()
     expect(config.defaultPlan).toBe("free")
+  })
+
+  it("reads thresholds from a file, ascending, and refuses a bad one naming its index", async () => {
+    const meters = { ...valid.meters, tokens: { period: "day", thresholds: [1.25, 0.5] } }
+    const config = await Effect.runPromise(
+      loadConfig(file("thresholds.json", JSON.stringify({ ...valid, meters })), fairness)
+    )
+    expect(config.meters.find((meter) => meter.name === "tokens")?.thresholds).toEqual([0.5, 1.25])
+    const badPath = file(
+      "bad-thresholds.json",
+      JSON.stringify({ ...valid, meters: { ...meters, tokens: { period: "day", thresholds: [0.5, "NaN"] } } })
+    )
+    const bad = await Effect.runPromise(Effect.flip(loadConfig(badPath, fairness)))
+    expect(bad.message).toBe(`${badPath}: meters.tokens.thresholds.1: must be a number above 0, got "NaN"`)
   })
 
   it("refuses a missing file, a file that is not JSON, and a wrong shape, naming file and path", async () => {
