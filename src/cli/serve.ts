@@ -34,7 +34,8 @@ import type { Logger } from "../transport/log.js"
 import { logExpiry, makeLogger } from "../transport/log.js"
 import type { NatsServerShape } from "../transport/NatsServer.js"
 import { NatsServer, natsServerLayer, natsServerOptions } from "../transport/NatsServer.js"
-import { ownershipPoolConnections } from "../domain/limits.js"
+import { memberDeathCheckIntervalMs, ownershipPoolConnections } from "../domain/limits.js"
+import { holdMemberLock } from "../store/postgres/memberLock.js"
 
 export interface DatabaseTarget {
   readonly connectionString: string
@@ -177,9 +178,17 @@ const startOwnership = (
         queryTimeoutMs: Math.max(500, Math.floor(settings.partitionLeaseMs / 2))
       })
     )
+    const memberLock = yield* holdMemberLock(target.connectionString, (reason) =>
+      logger.warn(
+        { owner: ownership.owner },
+        `${reason}: taking it again (meanwhile others may take this process's partitions)`
+      )
+    )
     const options: OwnershipOptions = {
       state: ownership,
       queries: makeOwnershipQueries(pool, "quota"),
+      lockKey: memberLock.key,
+      deathCheckIntervalMs: memberDeathCheckIntervalMs,
       partitions: settings.partitions,
       leaseMs: settings.partitionLeaseMs,
       renewIntervalMs: Math.max(1, Math.floor(settings.partitionLeaseMs / 3)),

@@ -93,6 +93,13 @@ export interface OwnershipOptions {
   /** Stop taking their messages, answer those in flight, drop their actors. */
   readonly stop: (partitions: ReadonlyArray<number>) => Effect.Effect<void>
   readonly log: (message: string, fields: Record<string, unknown>) => void
+  /** The key of this process's advisory lock, recorded with its heartbeat (null: none held now). */
+  readonly lockKey?: () => number | null
+  /**
+   * How often to look for members known dead (their lock gone) that still hold leases; finding one
+   * wakes the round at once. 0 or absent: only at each round.
+   */
+  readonly deathCheckIntervalMs?: number
 }
 
 /** The partitions of a fair share: index p mod n among the sorted live members. */
@@ -127,7 +134,9 @@ export const ownershipRound = (options: OwnershipOptions) =>
     state.superseded.clear()
     yield* stepDown(options, superseded, "a write found the epoch superseded")
 
-    yield* queries.heartbeat(state.owner, false)
+    // Members known dead (their lock gone) lose their partitions now, not when their leases run out.
+    const dead = yield* queries.deadOwners()
+    yield* queries.heartbeat(state.owner, false, options.lockKey?.() ?? null)
     const members = yield* queries.liveMembers(leaseMs)
     const share = new Set(fairShare(state.owner, members, options.partitions))
 
@@ -156,7 +165,7 @@ export const ownershipRound = (options: OwnershipOptions) =>
       (partition) => !state.epochs.has(partition) && !state.superseded.has(partition)
     )
     const claimSentAt = performance.now()
-    const claimed = yield* queries.claim(state.owner, wanted, leaseMs)
+    const claimed = yield* queries.claim(state.owner, wanted, leaseMs, dead)
     if (claimed.size > 0 && state.leaving) {
       // The leave began while this claim was in flight (it waited for this round at most a lease):
       // hand the leases straight back instead of serving partitions nobody will renew.
@@ -171,7 +180,24 @@ export const ownershipRound = (options: OwnershipOptions) =>
       }
       const partitions = [...claimed.keys()].sort((left, right) => left - right)
       yield* options.serve(partitions)
-      options.log("claimed partitions", { partitions, members: members.length })
+      options.log("claimed partitions", {
+        partitions,
+        members: members.length,
+        ...(dead.length === 0 ? {} : { fromDeadMembers: dead })
+      })
+    }
+  })
+
+/**
+ * Looks for members known dead that still hold leases, every `intervalMs`; finding one wakes the
+ * ownership round (each process computes its own share of what the dead one held). Ends with the loop.
+ */
+const watchForDeaths = (options: OwnershipOptions, intervalMs: number): Effect.Effect<void> =>
+  Effect.gen(function* () {
+    while (!options.state.leaving) {
+      yield* Effect.sleep(intervalMs)
+      const dead = yield* Effect.orElseSucceed(options.queries.deadOwners(), () => [])
+      if (dead.length > 0) options.state.wake()
     }
   })
 
@@ -185,6 +211,8 @@ export const runOwnership = (options: OwnershipOptions): Effect.Effect<void> =>
     state.loopStarted = true
     let woken = Deferred.makeUnsafe<void>()
     state.wake = () => Deferred.doneUnsafe(woken, Exit.void)
+    const deathCheckIntervalMs = options.deathCheckIntervalMs ?? 0
+    if (deathCheckIntervalMs > 0) yield* Effect.forkChild(watchForDeaths(options, deathCheckIntervalMs))
     while (!state.leaving) {
       if (Deferred.isDoneUnsafe(woken)) woken = Deferred.makeUnsafe<void>()
       const round = yield* Effect.exit(ownershipRound(options))

@@ -136,6 +136,13 @@ export const partitionLeaseMsDefault = 6_000
 export const partitionLeaseMsMin = 1_000
 export const partitionLeaseMsMax = 600_000
 
+/**
+ * How often each process looks for members known dead (their advisory lock released with their
+ * connection: killed, crashed) that still hold leases; finding one starts an ownership round at once,
+ * so their partitions are served again within about this, not after their leases.
+ */
+export const memberDeathCheckIntervalMs = 200
+
 /** Connections of the pool that heartbeats and renews partition leases, apart from the store's. */
 export const ownershipPoolConnections = 2
 

@@ -12,6 +12,13 @@ import { createTestDatabase, randomPrefix, startServe, stopServe } from "../supp
 import type { WireTarget } from "../support/wire.js"
 import { requestUntilDecided } from "../support/wire.js"
 import { checkDatabase } from "../support/databaseChecks.js"
+import { timeUntilEveryPartitionAnswers } from "../cluster/cluster.js"
+
+/** min / median / max of some durations. */
+const summary = (values: ReadonlyArray<number>): string => {
+  const sorted = [...values].sort((left, right) => left - right)
+  return `${sorted[0]} / ${sorted[Math.floor(sorted.length / 2)]} / ${sorted[sorted.length - 1]} (min / median / max)`
+}
 
 const kills = 20
 const users = Array.from({ length: 12 }, (_, index) => `crash-user-${index}`)
@@ -46,7 +53,8 @@ describe("crash: SIGKILL under load", () => {
       DATABASE_URL: database.url,
       QUOTA_PREFIX: prefix,
       QUOTA_PARTITIONS: String(partitions),
-      QUOTA_LEASE_MS: "1000",
+      // The default lease: a restarted process must not wait it out (its dead predecessor's lock is gone).
+      QUOTA_LEASE_MS: "6000",
       LOG_LEVEL: "info"
     }
   })
@@ -135,8 +143,12 @@ describe("crash: SIGKILL under load", () => {
 
     let checkedGrants = 0
     let violations = 0
+    /** Per restart: ms from the kill until every partition answered again, and from the spawn until ready. */
+    const backAfterKillMs: Array<number> = []
+    const startupMs: Array<number> = []
     for (let kill = 1; kill <= kills; kill += 1) {
       await new Promise((resolve) => setTimeout(resolve, 300 + Math.floor((kill * 7919) % 900)))
+      const killedAt = Date.now()
       serve.child.kill("SIGKILL")
       await serve.exited
       const before = snapshot(acknowledged)
@@ -144,8 +156,12 @@ describe("crash: SIGKILL under load", () => {
       checkedGrants += report.checked
       violations += report.violations.length
       expect(report.violations, `after kill ${kill}:\n${report.violations.join("\n")}`).toEqual([])
+      const spawnedAt = Date.now()
       serve = startServe(env)
       await serve.ready
+      startupMs.push(Date.now() - spawnedAt)
+      const answered = await timeUntilEveryPartitionAnswers(nc, prefix, partitions, killedAt, 20_000)
+      backAfterKillMs.push(Math.max(...answered.values()))
     }
     running = false
     await workload
@@ -155,7 +171,9 @@ describe("crash: SIGKILL under load", () => {
     console.log(
       `crash test: ${kills} kills, ${decided} commands decided, ${acknowledged.holds.size} holds, ` +
         `${acknowledged.commits.size} commits, ${acknowledged.releases.size} releases, ${acknowledged.adjustments.size} refunds acknowledged; ` +
-        `${checkedGrants + final.checked} acknowledgements checked, ${violations} violations`
+        `${checkedGrants + final.checked} acknowledgements checked, ${violations} violations; ` +
+        `every partition answered again after a kill in ${summary(backAfterKillMs)} ms ` +
+        `(lease 6000 ms), of which starting the process (spawn to claiming its partitions) ${summary(startupMs)} ms`
     )
     expect(acknowledged.holds.size).toBeGreaterThan(kills)
   }, 240_000)

@@ -10,15 +10,45 @@ import { storeUnavailable } from "./errors.js"
 
 const databaseNowMs = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
 
+/**
+ * The first key of every member's advisory lock (migration 0007): the lock is (this, lock_key), so a
+ * lock of this kind cannot be mistaken for another application's two-key lock with another namespace.
+ */
+export const memberLockNamespace = 0x51_43_4f_52 // "QCOR"
+
+/**
+ * Members whose process is known dead: their advisory lock is held by no session. Trusted only once the
+ * server has been up for $1 ms: a restart of Postgres ends every session, and live members need a moment
+ * to take their locks again.
+ */
+const deadMemberCondition = (member: string) => `
+  ${member}.lock_key is not null
+  and extract(epoch from (clock_timestamp() - pg_postmaster_start_time())) * 1000 > $1
+  and not exists (
+    select 1 from pg_locks as lock
+    where lock.locktype = 'advisory' and lock.granted and lock.objsubid = 2
+      and lock.database = (select oid from pg_database where datname = current_database())
+      and lock.classid = ${memberLockNamespace}::oid and lock.objid = ${member}.lock_key::oid
+  )`
+
 export const ownershipStatements = (schema: string) => ({
   heartbeat: `
-    insert into "${schema}".members (owner, heartbeat_at, leaving)
-    values ($1, ${databaseNowMs}, $2)
-    on conflict (owner) do update set heartbeat_at = excluded.heartbeat_at, leaving = excluded.leaving`,
+    insert into "${schema}".members (owner, heartbeat_at, leaving, lock_key)
+    values ($1, ${databaseNowMs}, $2, $3)
+    on conflict (owner) do update
+      set heartbeat_at = excluded.heartbeat_at, leaving = excluded.leaving, lock_key = excluded.lock_key`,
+  // $1 the grace after a Postgres start, $2 the lease.
   liveMembers: `
-    select owner from "${schema}".members
-    where not leaving and heartbeat_at > ${databaseNowMs} - $1
-    order by owner`,
+    select member.owner from "${schema}".members as member
+    where not member.leaving and member.heartbeat_at > ${databaseNowMs} - $2
+      and not (${deadMemberCondition("member")})
+    order by member.owner`,
+  // Dead members that still hold a partition's lease: what a claim may take at once. $1 the grace.
+  deadOwners: `
+    select distinct member.owner from "${schema}".members as member
+    join "${schema}".partition_owners as owner_row on owner_row.owner = member.owner
+    where owner_row.lease_expires_at > ${databaseNowMs} and ${deadMemberCondition("member")}`,
+
   forgetMember: `delete from "${schema}".members where owner = $1`,
   // Takes partitions whose lease ran out (or were released); each claim bumps the epoch, which fences
   // every write of the previous owner that has not committed yet. FOR UPDATE conflicts with the KEY
@@ -28,14 +58,16 @@ export const ownershipStatements = (schema: string) => ({
   claim: `
     with expired as (
       select partition from "${schema}".partition_owners
-      where partition = any($1::integer[]) and lease_expires_at < ${databaseNowMs}
+      where partition = any($1::integer[])
+        and (lease_expires_at < ${databaseNowMs} or owner = any($4::text[]))
       order by partition
       for update skip locked
     ), taken as (
       update "${schema}".partition_owners as owner_row
       set owner = $2, epoch = owner_row.epoch + 1, lease_expires_at = ${databaseNowMs} + $3
       from expired
-      where owner_row.partition = expired.partition and owner_row.lease_expires_at < ${databaseNowMs}
+      where owner_row.partition = expired.partition
+        and (owner_row.lease_expires_at < ${databaseNowMs} or owner_row.owner = any($4::text[]))
       returning owner_row.partition, owner_row.epoch
     ), created as (
       insert into "${schema}".partition_owners (partition, owner, epoch, lease_expires_at)
@@ -67,14 +99,26 @@ export const ownershipStatements = (schema: string) => ({
 export type OwnershipStatements = ReturnType<typeof ownershipStatements>
 
 export interface OwnershipQueries {
-  readonly heartbeat: (owner: string, leaving: boolean) => Effect.Effect<void, StoreUnavailable>
+  /** `lockKey`: the key of this process's advisory lock (null: it holds none, liveness by lease only). */
+  readonly heartbeat: (
+    owner: string,
+    leaving: boolean,
+    lockKey?: number | null
+  ) => Effect.Effect<void, StoreUnavailable>
+  /** Members with a heartbeat within the lease, not leaving and not known dead. */
   readonly liveMembers: (leaseMs: number) => Effect.Effect<ReadonlyArray<string>, StoreUnavailable>
+  /** Members known dead (their lock is gone) that still hold a lease: their partitions may be claimed now. */
+  readonly deadOwners: () => Effect.Effect<ReadonlyArray<string>, StoreUnavailable>
   readonly forgetMember: (owner: string) => Effect.Effect<void, StoreUnavailable>
-  /** Returns the partitions actually claimed, with their new epochs. */
+  /**
+   * Returns the partitions actually claimed, with their new epochs: those whose lease ran out, and
+   * those of `deadOwners` whatever their lease.
+   */
   readonly claim: (
     owner: string,
     partitions: ReadonlyArray<number>,
-    leaseMs: number
+    leaseMs: number,
+    deadOwners?: ReadonlyArray<string>
   ) => Effect.Effect<ReadonlyMap<number, number>, StoreUnavailable>
   /** Returns the partitions still held (the rest were taken over). */
   readonly renew: (
@@ -90,35 +134,54 @@ export interface OwnershipQueries {
   readonly releaseAll: (owner: string) => Effect.Effect<void, StoreUnavailable>
 }
 
-export const makeOwnershipQueries = (pool: pg.Pool, schema: string): OwnershipQueries => {
+/**
+ * How long after Postgres started a missing member lock means a dead process (Postgres's restart ends
+ * every session: live members take their locks again within a round).
+ */
+export const memberLockGraceMsDefault = 5_000
+
+export const makeOwnershipQueries = (
+  pool: pg.Pool,
+  schema: string,
+  lockGraceMs: number = memberLockGraceMsDefault
+): OwnershipQueries => {
   const statements = ownershipStatements(schema)
   return {
-    heartbeat: (owner, leaving) =>
+    heartbeat: (owner, leaving, lockKey = null) =>
       Effect.tryPromise({
-        try: () => pool.query(statements.heartbeat, [owner, leaving]).then(() => undefined),
+        try: () => pool.query(statements.heartbeat, [owner, leaving, lockKey]).then(() => undefined),
         catch: storeUnavailable("heartbeat")
       }),
     liveMembers: (leaseMs) =>
       Effect.tryPromise({
         try: async () =>
-          (await pool.query<{ owner: string }>(statements.liveMembers, [leaseMs])).rows.map(
+          (await pool.query<{ owner: string }>(statements.liveMembers, [lockGraceMs, leaseMs])).rows.map(
             (row) => row.owner
           ),
         catch: storeUnavailable("list live members")
+      }),
+    deadOwners: () =>
+      Effect.tryPromise({
+        try: async () =>
+          (await pool.query<{ owner: string }>(statements.deadOwners, [lockGraceMs])).rows.map(
+            (row) => row.owner
+          ),
+        catch: storeUnavailable("list dead owners")
       }),
     forgetMember: (owner) =>
       Effect.tryPromise({
         try: () => pool.query(statements.forgetMember, [owner]).then(() => undefined),
         catch: storeUnavailable("forget member")
       }),
-    claim: (owner, partitions, leaseMs) =>
+    claim: (owner, partitions, leaseMs, deadOwners = []) =>
       Effect.tryPromise({
         try: async () => {
           if (partitions.length === 0) return new Map<number, number>()
           const result = await pool.query<{ partition: number; epoch: string }>(statements.claim, [
             [...partitions],
             owner,
-            leaseMs
+            leaseMs,
+            [...deadOwners]
           ])
           return new Map(result.rows.map((row) => [row.partition, Number(row.epoch)]))
         },
