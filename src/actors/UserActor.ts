@@ -16,7 +16,7 @@ import type { Fiber } from "effect"
 import type { Command } from "../domain/commands.js"
 import type { Config } from "../domain/config.js"
 import type { DecideContext, Wakeup } from "../domain/context.js"
-import { decide } from "../domain/decide.js"
+import { decideInto } from "../domain/decide.js"
 import type { StoreEvent } from "../domain/events.js"
 import { assertUserState } from "../domain/invariants.js"
 import type { Result } from "../domain/results.js"
@@ -208,12 +208,11 @@ const decideGroup = (
   settings: ActorSettings
 ): Group => {
   const group: Group = { events: [], replies: [], wakeups: [] }
+  const options = { assertFull: settings.assertFull }
   for (const envelope of envelopes) {
     const { command } = envelope
-    const decision = decide(state, command, ctx, { assertFull: settings.assertFull })
-    for (const event of decision.events) group.events.push(event)
-    for (const wakeup of decision.wakeups) group.wakeups.push(wakeup)
-    if (decision.result !== null) group.replies.push([envelope, decision.result])
+    const result = decideInto(state, command, ctx, group, options)
+    if (result !== null) group.replies.push([envelope, result])
     else if (command.op === "acquire_slot") {
       actor.parked ??= new Map()
       const waiting = actor.parked.get(command.job) ?? []

@@ -119,8 +119,23 @@ export const decide = (
   options: DecideOptions = {}
 ): Decision => {
   const output: Output = { events: [], wakeups: [] }
+  const result = decideInto(state, command, ctx, output, options)
+  return { state, events: output.events, result, wakeups: output.wakeups }
+}
+
+/**
+ * `decide`, appending the events and wakeups to `output` (an actor's group collects a whole group's
+ * there) and returning the result: nothing allocated for the decision itself.
+ */
+export const decideInto = (
+  state: UserState,
+  command: Command,
+  ctx: DecideContext,
+  output: Output,
+  options: DecideOptions = {}
+): Result | null => {
   advance(ctx, state, output)
   const result = decideCommand(ctx, state, command, output)
   if (options.assertFull === true) assertUserState(state)
-  return { state, events: output.events, result, wakeups: output.wakeups }
+  return result
 }

@@ -22,7 +22,6 @@ import { announceThresholds, pushUsageRow } from "./thresholds.js"
 import {
   holdRecord,
   holdReserved,
-  holdView,
   meterAt,
   meterLimit,
   meterView,
@@ -32,11 +31,29 @@ import {
 
 type CommandOf<Op extends OpsCommand["op"]> = Extract<OpsCommand, { op: Op }>
 
-const holdResult = (ctx: DecideContext, state: UserState, status: HoldStatus, hold: Hold): HoldResult => ({
-  status,
-  ...meterView(ctx.config, state, hold.meter, ctx.now),
-  ...holdView(hold)
-})
+/**
+ * One object in one shape (no spreads of intermediate views): built for nearly every command, and what
+ * a command allocates is what the young generation collects.
+ */
+const holdResult = (ctx: DecideContext, state: UserState, status: HoldStatus, hold: Hold): HoldResult => {
+  const meterState = meterAt(ctx.config, state, hold.meter, ctx.now)
+  const limit = meterLimit(ctx.config, state, hold.meter)
+  const total = meterState.used + meterState.reserved
+  return {
+    status,
+    meter: hold.meter,
+    limit,
+    used: meterState.used,
+    reserved: meterState.reserved,
+    available: limit - total,
+    overage: Math.max(0, total - limit),
+    id: hold.id,
+    amount: hold.amount,
+    consumed: hold.consumed,
+    state: hold.state,
+    expiresAt: hold.expiresAt
+  }
+}
 
 const findHold = (state: UserState, id: string): Hold | undefined =>
   state.pending.get(id) ?? state.closed.get(id)
