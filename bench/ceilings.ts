@@ -5,24 +5,13 @@
  * No decision, no reads, no other table: the most a write-through store of one row per decision can do.
  */
 import { performance } from "node:perf_hooks"
-import type { CpuShares } from "./lib/cpu.js"
 import { startCpuMeter } from "./lib/cpu.js"
-import type { LatencySummary } from "./lib/latency.js"
 import { makeLatencyRecorder } from "./lib/latency.js"
 import { holdInsertText, holdKeys, holdTableDdl } from "./lib/holdRows.js"
+import type { InsertCeiling } from "./lib/results.js"
 import { makePool } from "./targets/pgCommon.js"
 
 const schema = "bench_ceiling"
-
-export interface InsertCeiling {
-  readonly batchRows: number
-  readonly commits: number
-  readonly rowsPerSecond: number
-  readonly commitsPerSecond: number
-  /** Latency of one commit (the statement). */
-  readonly latency: LatencySummary
-  readonly cpu: CpuShares
-}
 
 export const measureInsertCeiling = async (
   connectionString: string,

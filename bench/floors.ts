@@ -12,11 +12,11 @@
  * load. They are references, not strict bounds: an echo answers every step `ok`, so in the hot and mix
  * workloads its cycles carry every command, where the coordinator's end early on a refusal.
  */
-import type { OpenLoopResult, RatePlan } from "./lib/openLoop.js"
+import type { RatePlan } from "./lib/openLoop.js"
 import { runAtRate } from "./lib/openLoop.js"
 import type { SessionPlan } from "./lib/driver.js"
 import type { Progress } from "./lib/progress.js"
-import type { FloorKind, FloorRun } from "./lib/report.js"
+import type { FloorKind, FloorRun, OpenLoopResult } from "./lib/results.js"
 import type { Workload } from "./lib/workloads.js"
 import { startEchoProcess } from "./targets/echoProcess.js"
 import { makeNatsTarget } from "./targets/natsTarget.js"
@@ -48,9 +48,6 @@ const floorLabels: Readonly<Record<FloorKind, string>> = {
 /** The SDK coalesces per microtask; the bench's coalescer does the same for the floors. */
 const sendingModeOf = (coordinatorTarget: string): "message" | "coalesce" =>
   coordinatorTarget === "coord-sdk" ? "coalesce" : "message"
-
-/** Open-loop runs a coordinator half-peak phase adds; for the progress bar. */
-export const floorSteps = (coordinatorRuns: number): number => coordinatorRuns * 2
 
 export const measureFloors = async (plan: FloorsPlan): Promise<ReadonlyArray<FloorRun>> => {
   const runs: Array<FloorRun> = []
@@ -87,7 +84,7 @@ export const measureFloors = async (plan: FloorsPlan): Promise<ReadonlyArray<Flo
       for (const floor of ["echo", "durable-echo"] as const) {
         const target = await targetFor(floor, mode)
         const ratePlan: RatePlan = {
-          ...plan.sessionPlan(workload, { pid: servers[floor].pid, label: floor }),
+          ...plan.sessionPlan(workload, { pids: [servers[floor].pid], label: floor }),
           cyclesPerSecond: coordinatorRun.offeredPerSecond,
           inFlightMax: plan.inFlightMax
         }

@@ -8,7 +8,7 @@
  * bench/results/<date>-overhead-<name>.md.
  *
  * Options: --variant K=V[,K=V] (required), --name (file name; default from the variant), --workload
- * uniform|hot|mix (default uniform), --concurrency N (default 4096), --rounds N (default 5),
+ * uniform|hot-granted|hot|mix (default uniform), --concurrency N (default 4096), --rounds N (default 5),
  * --measure-ms N (default 5000), --warmup-ms N (default 1000), --scrape-ms N (default 5000; 0: none).
  */
 import { writeFile } from "node:fs/promises"
@@ -17,12 +17,13 @@ import os from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { parseArgs } from "node:util"
-import type { RunResult } from "./lib/driver.js"
-import { cyclesPerSecond, runWorkload } from "./lib/driver.js"
+import { runWorkload } from "./lib/driver.js"
 import { formatCpu } from "./lib/cpu.js"
 import { machineInfo } from "./lib/machine.js"
-import type { Workload } from "./lib/workloads.js"
-import { hotWorkload, mixWorkload, uniformWorkload } from "./lib/workloads.js"
+import type { RunResult } from "./lib/results.js"
+import { cyclesPerSecond } from "./lib/results.js"
+import type { WorkloadKey } from "./lib/workloads.js"
+import { isWorkloadKey, makeWorkload, workloadKeys } from "./lib/workloads.js"
 import type { CoordinatorProcess } from "./targets/coordinatorProcess.js"
 import { startCoordinator } from "./targets/coordinatorProcess.js"
 import { makeSdkTarget } from "./targets/sdkTarget.js"
@@ -63,10 +64,10 @@ if (
   !(measureMs > 0) ||
   !(warmupMs >= 0) ||
   !(scrapeMs >= 0) ||
-  !["uniform", "hot", "mix"].includes(options.workload)
+  !isWorkloadKey(options.workload)
 ) {
   process.stderr.write(
-    "bench:overhead: --variant K=V[,K=V] is required; --concurrency, --rounds positive integers; --workload uniform|hot|mix\n"
+    `bench:overhead: --variant K=V[,K=V] is required; --concurrency, --rounds positive integers; --workload ${workloadKeys.join("|")}\n`
   )
   process.exit(2)
 }
@@ -140,12 +141,7 @@ const median = (values: ReadonlyArray<number>): number => {
 
 const main = async () => {
   const namespace = `ovh${Date.now().toString(36)}`
-  const workload: Workload =
-    options.workload === "hot"
-      ? hotWorkload()
-      : options.workload === "mix"
-        ? mixWorkload(namespace)
-        : uniformWorkload(namespace)
+  const workload = makeWorkload(options.workload as WorkloadKey, namespace)
   log(`bench:overhead: starting A (as deployed) and B (${JSON.stringify(variant)})`)
   const sides = [
     await startSide("A: as deployed", { QUOTA_HTTP_ADDR: `127.0.0.1:${await freePort()}` }),
@@ -169,7 +165,7 @@ const main = async () => {
               concurrency,
               runTag: `${namespace}r${round}s${index}`,
               drainMsMax: 60_000,
-              server: { pid: side.coordinator.pid, label: "coord" }
+              server: { pids: [side.coordinator.pid], label: "coord" }
             },
             () => {}
           )

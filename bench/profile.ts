@@ -11,7 +11,7 @@
  * `process.hrtime` are the same monotonic microseconds). The category table also gives the whole
  * process life (start-up, priming, warm-up, drain).
  *
- * Options: --target coord-sdk|coord-msg (default coord-sdk), --workload uniform|hot|mix (uniform),
+ * Options: --target coord-sdk|coord-msg (default coord-sdk), --workload uniform|hot-granted|hot|mix (uniform),
  * --level N (concurrency, 256), --measure-ms N (8000), --warmup-ms N (the bench's default),
  * --out DIR (default bench/results), --keep-profile (copy the main thread's .cpuprofile next to the
  * report, for Chrome's DevTools or speedscope).
@@ -27,11 +27,11 @@ import { mergedCallTree, nativeLocation, readCpuProfile, summarizeProfile } from
 import { renderFlameGraph } from "./lib/flameGraph.js"
 import { formatMs, formatRate } from "./lib/format.js"
 import { machineInfo } from "./lib/machine.js"
+import { isWorkloadKey, workloadKeys } from "./lib/workloads.js"
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..")
 const repositoryUrl = pathToFileURL(root).href
 const targetKeys = ["coord-sdk", "coord-msg"]
-const workloadKeys = ["uniform", "hot", "mix"]
 const topFunctionCount = 25
 const microsPerMs = 1000
 const msPerSecond = 1000
@@ -51,7 +51,7 @@ const level = Number(options.level)
 const measureMs = Number(options["measure-ms"])
 if (
   !targetKeys.includes(options.target) ||
-  !workloadKeys.includes(options.workload) ||
+  !isWorkloadKey(options.workload) ||
   !Number.isInteger(level) ||
   level < 1 ||
   !(measureMs > 0) ||

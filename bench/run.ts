@@ -9,9 +9,9 @@
  * offered half of their closed-loop peak in an open loop (lib/openLoop.ts): the issue's "p99 at half of
  * peak" measured at a rate, not at a concurrency.
  *
- * Options: --quick (under a minute), --levels 1,16 (concurrency), --measure-ms N, --warmup-ms N,
- * --targets seed004,seed003,seed000,coord-msg,coord-sdk, --workloads uniform,hot,mix, --no-ceilings,
- * --no-half-peak, --half-peak-workloads uniform,hot,mix (default: all; --quick: uniform),
+ * Options: --quick (about a minute), --levels 1,16 (concurrency), --measure-ms N, --warmup-ms N,
+ * --targets seed004,seed003,seed000,coord-msg,coord-sdk, --workloads uniform,hot-granted,hot,mix,
+ * --no-ceilings, --no-half-peak, --half-peak-workloads (default: all; --quick: uniform),
  * --out DIR (where to write the results; default bench/results).
  */
 import { randomBytes } from "node:crypto"
@@ -21,22 +21,21 @@ import { dirname, join, relative } from "node:path"
 import { fileURLToPath } from "node:url"
 import { parseArgs } from "node:util"
 import { connect } from "@nats-io/transport-node"
-import type { InsertCeiling } from "./ceilings.js"
 import { measureInsertCeiling } from "./ceilings.js"
-import type { RunResult, SessionPlan } from "./lib/driver.js"
-import { cyclesPerSecond, runWorkload } from "./lib/driver.js"
+import { measureFloors } from "./floors.js"
+import type { SessionPlan } from "./lib/driver.js"
+import { runWorkload } from "./lib/driver.js"
 import { formatCpu } from "./lib/cpu.js"
-import { bestRun } from "./lib/goals.js"
 import { machineInfo } from "./lib/machine.js"
 import { runAtRate } from "./lib/openLoop.js"
 import { makeProgress } from "./lib/progress.js"
-import { floorSteps, measureFloors } from "./floors.js"
-import type { FloorRun, HalfPeakRun, Report, TargetInfo } from "./lib/report.js"
 import { renderMarkdown, renderSvg } from "./lib/report.js"
-import type { Workload, WorkloadKey } from "./lib/workloads.js"
-import { hotWorkload, mixWorkload, uniformWorkload } from "./lib/workloads.js"
+import type { FloorRun, HalfPeakRun, InsertCeiling, Report, RunResult, TargetInfo } from "./lib/results.js"
+import { bestRun, cyclesPerSecond } from "./lib/results.js"
+import type { Workload } from "./lib/workloads.js"
+import { isWorkloadKey, makeWorkload, workloadKeys } from "./lib/workloads.js"
 import type { CoordinatorProcess } from "./targets/coordinatorProcess.js"
-import { missingCoordinatorFiles, startCoordinator } from "./targets/coordinatorProcess.js"
+import { startCoordinator } from "./targets/coordinatorProcess.js"
 import { startEchoProcess } from "./targets/echoProcess.js"
 import { makeNatsTarget, natsUrl } from "./targets/natsTarget.js"
 import { createDatabase, databaseUrl, makePool, serverUrl } from "./targets/pgCommon.js"
@@ -48,7 +47,6 @@ import type { Target } from "./targets/Target.js"
 const root = join(dirname(fileURLToPath(import.meta.url)), "..")
 const coordinatorKeys = ["coord-sdk", "coord-msg"]
 const allTargetKeys = ["coord-sdk", "coord-msg", "seed004", "seed003", "seed000"]
-const allWorkloadKeys: ReadonlyArray<WorkloadKey> = ["uniform", "hot", "mix"]
 /** Open-loop phase: the coordinator's targets, and the two designs it is measured against for context. */
 const halfPeakTargetKeys = [...coordinatorKeys, "seed004", "seed003"]
 /** Open-loop phase: offered rate ÷ the target's closed-loop peak (the issue's "half of peak"). */
@@ -84,20 +82,20 @@ const measureMs = Number(options["measure-ms"] ?? (options.quick ? 700 : 5_000))
 const warmupMs = Number(options["warmup-ms"] ?? (options.quick ? 200 : 1_000))
 const insertMeasureMs = options.quick ? 400 : 2_000
 const wantedTargets = new Set(listOption(options.targets) ?? allTargetKeys)
-const wantedWorkloads = new Set(listOption(options.workloads) ?? allWorkloadKeys)
-// Quick mode offers half of peak on uniform only, to stay under a minute; a full run on all three.
+const wantedWorkloads = listOption(options.workloads) ?? workloadKeys
+// Quick mode offers half of peak on uniform only, to stay near a minute; a full run on all of them.
 const halfPeakWorkloads = new Set(
-  listOption(options["half-peak-workloads"]) ?? (options.quick ? ["uniform"] : allWorkloadKeys)
+  listOption(options["half-peak-workloads"]) ?? (options.quick ? ["uniform"] : workloadKeys)
 )
 const halfPeak = !options["no-half-peak"]
 if (
   levels.some((level) => !Number.isInteger(level) || level < 1) ||
   !(measureMs > 0) ||
   !(warmupMs >= 0) ||
-  [...halfPeakWorkloads].some((key) => !(allWorkloadKeys as ReadonlyArray<string>).includes(key))
+  ![...wantedWorkloads, ...halfPeakWorkloads].every(isWorkloadKey)
 ) {
   process.stderr.write(
-    `bench: --levels must be positive integers, --measure-ms > 0, --warmup-ms >= 0, --half-peak-workloads among ${allWorkloadKeys.join(",")}\n`
+    `bench: --levels must be positive integers, --measure-ms > 0, --warmup-ms >= 0, --workloads and --half-peak-workloads among ${workloadKeys.join(",")}\n`
   )
   process.exit(2)
 }
@@ -133,10 +131,8 @@ const serviceVersions = async (): Promise<ReadonlyArray<string>> => {
   return services
 }
 
-const summaryOf = (run: RunResult) => {
-  const cycles = cyclesPerSecond(run)
-  return `${run.target} ${run.workload} @${run.concurrency}: ${Math.round(cycles)} cycles/s, p99 ${run.latency.p99Ms.toFixed(1)} ms, errors ${run.errors}, over-grants ${run.overGrants}; cpu ${formatCpu(run.cpu, os.cpus().length)}`
-}
+const summaryOf = (run: RunResult) =>
+  `${run.target} ${run.workload} @${run.concurrency}: ${Math.round(cyclesPerSecond(run))} cycles/s, p99 ${run.latency.p99Ms.toFixed(1)} ms, refused ${run.refused}, errors ${run.errors}, over-grants ${run.overGrants}; cpu ${formatCpu(run.cpu, os.cpus().length)}`
 
 const main = async () => {
   const startedAt = new Date()
@@ -168,28 +164,17 @@ const main = async () => {
     }
   }
 
-  // The coordinator first: if it is not wired, say so, and measure the rest.
-  const wantsCoordinator = coordinatorKeys.some((key) => wantedTargets.has(key))
+  // The coordinator first: if it does not start, say so, and measure the rest.
   let coordinator: CoordinatorProcess | undefined
-  if (wantsCoordinator) {
-    const missing = missingCoordinatorFiles(root)
-    if (missing.length > 0) {
-      const reason = `not yet wired: ${missing.join(", ")} missing`
-      for (const key of coordinatorKeys) {
-        if (wantedTargets.has(key)) infos.push({ key, label: key, durable: true, notes: [], skipped: reason })
-      }
-    } else {
-      log("bench: starting the coordinator (quota-coordinator serve)")
-      try {
-        coordinator = await startCoordinator(root)
-        cleanups.push(() => coordinator!.stop())
-      } catch (error) {
-        const reason = `not yet wired: the coordinator did not start: ${String(error).slice(0, 400)}`
-        for (const key of coordinatorKeys) {
-          if (wantedTargets.has(key))
-            infos.push({ key, label: key, durable: true, notes: [], skipped: reason })
-        }
-      }
+  if (coordinatorKeys.some((key) => wantedTargets.has(key))) {
+    log("bench: starting the coordinator (quota-coordinator serve)")
+    try {
+      coordinator = await startCoordinator(root)
+      cleanups.push(coordinator.stop)
+    } catch (error) {
+      const skipped = `the coordinator did not start: ${String(error).slice(0, 400)}`
+      for (const key of coordinatorKeys.filter((key) => wantedTargets.has(key)))
+        infos.push({ key, label: key, durable: true, notes: [], skipped })
     }
   }
   if (coordinator !== undefined) {
@@ -221,11 +206,9 @@ const main = async () => {
     `coordinator: ${coordinator === undefined ? "not running" : `quota-coordinator serve, pid ${coordinator.pid}, prefix ${coordinator.prefix}, database ${coordinator.database}`}`
   )
 
-  const workloads: Array<Workload> = [
-    uniformWorkload(namespace),
-    hotWorkload(),
-    mixWorkload(namespace)
-  ].filter((workload) => wantedWorkloads.has(workload.key))
+  const workloads: Array<Workload> = workloadKeys
+    .filter((key) => wantedWorkloads.includes(key))
+    .map((key) => makeWorkload(key, namespace))
   const ceilings = !options["no-ceilings"]
   const halfPeakTargets = halfPeak ? targets.filter((target) => halfPeakTargetKeys.includes(target.key)) : []
   const halfPeakWorkloadCount = workloads.filter((workload) => halfPeakWorkloads.has(workload.key)).length
@@ -235,12 +218,13 @@ const main = async () => {
   const totalSteps =
     workloads.length * levels.length * targets.length +
     halfPeakSteps +
-    (ceilings ? 2 * levels.length + 1 + floorSteps(coordinatorHalfPeakSteps) : 0)
+    (ceilings ? 2 * levels.length + 1 + 2 * coordinatorHalfPeakSteps : 0)
   const progress = makeProgress(totalSteps)
   const runs: Array<RunResult> = []
   const halfPeakRuns: Array<HalfPeakRun> = []
   let runIndex = 0
-  const coordinatorServer = coordinator === undefined ? undefined : { pid: coordinator.pid, label: "coord" }
+  const coordinatorServer =
+    coordinator === undefined ? undefined : { pids: [coordinator.pid], label: "coord" }
   /** What every run of the bench shares; each gets its own tag. */
   const sessionPlan = (workload: Workload, server: SessionPlan["server"]): SessionPlan => {
     runIndex += 1
@@ -304,7 +288,7 @@ const main = async () => {
     const echoPrefix = `bench_echo_${namespace}`
     const echoServer = await startEchoProcess(root, "echoServer.ts", [echoPrefix])
     cleanups.push(echoServer.stop)
-    const echoWorkload = uniformWorkload(`${namespace}e`)
+    const echoWorkload = makeWorkload("uniform", `${namespace}e`)
     for (const [mode, label] of [
       ["message", "NATS echo, one command per message"],
       ["coalesce", "NATS echo, batched (bench coalescer)"]
@@ -321,7 +305,7 @@ const main = async () => {
       for (const concurrency of levels) {
         const run = await runWorkload(
           echo,
-          { ...sessionPlan(echoWorkload, { pid: echoServer.pid, label: "echo" }), concurrency },
+          { ...sessionPlan(echoWorkload, { pids: [echoServer.pid], label: "echo" }), concurrency },
           (fraction) => progress.update(`ceiling ${label} @${concurrency}`, fraction)
         )
         echoRuns.push({ ...run, label })
@@ -359,7 +343,6 @@ const main = async () => {
   progress.done()
   await cleanupAll()
 
-  remarks.push(...boundRemarks(runs, echoRuns, inserts, levels))
   const saturated = runs.filter((run) => coordinatorKeys.includes(run.target) && run.cpu.server >= 80)
   if (saturated.length > 0) {
     remarks.push(
@@ -402,7 +385,7 @@ const main = async () => {
       ...(halfPeak ? {} : { skipped: "`--no-half-peak`" }),
       fraction: halfPeakFraction,
       inFlightMax: halfPeakInFlightMax,
-      workloads: allWorkloadKeys.filter((key) => halfPeakWorkloads.has(key) && wantedWorkloads.has(key)),
+      workloads: workloads.map((workload) => workload.key).filter((key) => halfPeakWorkloads.has(key)),
       runs: halfPeakRuns,
       floors
     },
@@ -416,41 +399,6 @@ const main = async () => {
   await writeFile(join(directory, `${base}.md`), markdown)
   process.stdout.write(`${markdown}\n`)
   log(`bench: wrote ${relative(process.cwd(), join(directory, `${base}.md`))} and ${base}.svg`)
-}
-
-/** Sentences that put the coordinator's numbers next to the ceilings at the same concurrency. */
-const boundRemarks = (
-  runs: ReadonlyArray<RunResult>,
-  echo: ReadonlyArray<RunResult & { label: string }>,
-  inserts: ReadonlyArray<InsertCeiling>,
-  levels: ReadonlyArray<number>
-): Array<string> => {
-  const remarks: Array<string> = []
-  const rate = (run: RunResult) => (run.requests * 1000) / run.measuredMs
-  for (const concurrency of levels) {
-    const uniform = (key: string) =>
-      runs.find((run) => run.target === key && run.workload === "uniform" && run.concurrency === concurrency)
-    const echoOf = (label: string) =>
-      echo.find((run) => run.concurrency === concurrency && run.label.includes(label))
-    const pairs: ReadonlyArray<readonly [RunResult | undefined, RunResult | undefined, string]> = [
-      [uniform("coord-msg"), echoOf("one command"), "one command per message"],
-      [uniform("coord-sdk"), echoOf("batched"), "batched"]
-    ]
-    for (const [measured, ceiling, path] of pairs) {
-      if (measured === undefined || ceiling === undefined || rate(ceiling) === 0) continue
-      remarks.push(
-        `uniform @${concurrency}, ${path}: the coordinator answered ${Math.round(rate(measured)).toLocaleString("en-US")} req/s (batch ${measured.meanBatch.toFixed(1)}), ${((100 * rate(measured)) / rate(ceiling)).toFixed(0)}% of the NATS echo's ${Math.round(rate(ceiling)).toLocaleString("en-US")} req/s (batch ${ceiling.meanBatch.toFixed(1)}).`
-      )
-    }
-    const insert = inserts.find((candidate) => candidate.batchRows === concurrency)
-    const sdk = uniform("coord-sdk")
-    if (insert !== undefined && sdk !== undefined) {
-      remarks.push(
-        `uniform @${concurrency}: a bare unnest insert commits ${Math.round(insert.rowsPerSecond).toLocaleString("en-US")} rows/s at ${concurrency} rows per commit (${Math.round(insert.commitsPerSecond).toLocaleString("en-US")} commits/s); the coordinator decided ${Math.round(rate(sdk)).toLocaleString("en-US")} req/s through the SDK, each decision written before its reply.`
-      )
-    }
-  }
-  return remarks
 }
 
 main().then(

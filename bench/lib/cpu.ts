@@ -10,9 +10,15 @@ import { readFileSync, readdirSync } from "node:fs"
 /** Linux's USER_HZ; 100 on every mainstream kernel configuration. */
 const clockTicksPerSecond = 100
 
+/** The server processes the bench started for a run (the coordinators, an echo service), reported apart. */
+export interface ServerProcesses {
+  readonly pids: ReadonlyArray<number>
+  readonly label: string
+}
+
 export interface CpuShares {
   readonly bench: number
-  /** The server process the bench started for this run (the coordinator or the echo service). */
+  /** The server processes the bench started for this run (the coordinators or the echo service). */
   readonly server: number
   readonly serverLabel: string
   readonly postgres: number
@@ -76,7 +82,7 @@ const postgresGroup = (pid: string): Group => {
   }
 }
 
-const snapshot = (serverPid: number | undefined): Snapshot => {
+const snapshot = (serverPids: ReadonlyArray<number>): Snapshot => {
   const processes = new Map<string, { group: Group; ticks: number }>()
   let pids: Array<string> = []
   try {
@@ -88,7 +94,7 @@ const snapshot = (serverPid: number | undefined): Snapshot => {
     const read = processTicks(pid)
     if (read === undefined) continue
     let group: Group = "unattributed"
-    if (serverPid !== undefined && Number(pid) === serverPid) group = "server"
+    if (serverPids.includes(Number(pid))) group = "server"
     else if (read.name === "postgres") group = postgresGroup(pid)
     else if (read.name === "redis-server") group = "redis"
     else if (read.name === "nats-server") group = "nats"
@@ -108,13 +114,11 @@ export interface CpuMeter {
 }
 
 /** Starts measuring now; `stop` returns the shares since. */
-export const startCpuMeter = (
-  server: { readonly pid: number; readonly label: string } | undefined
-): CpuMeter => {
-  const start = snapshot(server?.pid)
+export const startCpuMeter = (server: ServerProcesses | undefined): CpuMeter => {
+  const start = snapshot(server?.pids ?? [])
   return {
     stop: () => {
-      const end = snapshot(server?.pid)
+      const end = snapshot(server?.pids ?? [])
       const seconds = Math.max(1e-3, (end.atMs - start.atMs) / 1000)
       const percentOfTicks = (ticks: number) => (100 * ticks) / clockTicksPerSecond / seconds
       const bench = (100 * (end.benchMicros - start.benchMicros)) / 1e6 / seconds

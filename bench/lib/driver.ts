@@ -5,17 +5,17 @@
  * the tally checks every grant of the whole run. At the end the workers finish their cycle and stop.
  * The session (counts, tally, windows, result) is shared with the open loop of openLoop.ts.
  */
+import { setTimeout as sleep } from "node:timers/promises"
 import { performance } from "node:perf_hooks"
 import type { StepOutcome, Target } from "../targets/Target.js"
-import type { CpuShares } from "./cpu.js"
+import type { CpuShares, ServerProcesses } from "./cpu.js"
 import { startCpuMeter } from "./cpu.js"
-import type { LatencySummary } from "./latency.js"
 import { makeLatencyRecorder } from "./latency.js"
+import type { RunResult } from "./results.js"
 import { makeRng } from "./rng.js"
 import { makeTally } from "./tally.js"
 import { makeTimelineRecorder } from "./timeline.js"
 import type { CycleContext, RunStep, StepName, Workload } from "./workloads.js"
-import { hotGrantsPerUser } from "./workloads.js"
 
 /** What every run needs, closed or open loop. */
 export interface SessionPlan {
@@ -27,40 +27,12 @@ export interface SessionPlan {
   /** How long the cycles in flight may finish after the window before the run is reported stuck. */
   readonly drainMsMax: number
   /** The server process started for this run (coordinator, echo), whose CPU is reported apart. */
-  readonly server?: { readonly pid: number; readonly label: string }
+  readonly server?: ServerProcesses
 }
 
 export interface RunPlan extends SessionPlan {
   readonly concurrency: number
 }
-
-export interface RunResult {
-  readonly target: string
-  readonly workload: Workload["key"]
-  /** Closed loop: the workers. Open loop (openLoop.ts): the most cycles that were in flight at once. */
-  readonly concurrency: number
-  readonly measuredMs: number
-  readonly cycles: number
-  /** Requests completed in the window (steps that sent something). */
-  readonly requests: number
-  /** Requests answered "ok" in the window, per step: what a decision made the system write. */
-  readonly applied: Readonly<Record<StepName, number>>
-  readonly granted: number
-  /** Reserves refused (insufficient quota) and slots refused (busy). */
-  readonly refused: number
-  readonly errors: number
-  readonly overGrants: number
-  readonly latency: LatencySummary
-  /** Requests per message the target sent over the whole run (1 unless it batches). */
-  readonly meanBatch: number
-  readonly drainedCleanly: boolean
-  /** CPU use during the measured window, by process group (see cpu.ts). */
-  readonly cpu: CpuShares
-  readonly firstError: string | undefined
-}
-
-export const cyclesPerSecond = (run: RunResult): number =>
-  run.measuredMs > 0 ? (run.cycles * 1000) / run.measuredMs : 0
 
 /**
  * What a closed-loop and an open-loop run share: counts, tally, latencies of the measured window, the
@@ -68,8 +40,8 @@ export const cyclesPerSecond = (run: RunResult): number =>
  */
 export interface RunSession {
   readonly isMeasuring: () => boolean
-  /** Counts a cycle that completed (only inside the measured window). */
-  readonly cycleDone: () => void
+  /** Runs one cycle of the run's workload; counts it when it ends in the window and the workload counts it. */
+  readonly runCycle: (context: CycleContext) => Promise<void>
   /** Runs one step and, inside the window, records its latency from `startedMs` and its outcome. */
   readonly recordStep: (
     name: StepName,
@@ -109,9 +81,7 @@ export const startRunSession = (target: Target, plan: SessionPlan): RunSession =
   const applied = noSteps()
   let measuring = false
   let idSequence = 0
-  let hotGeneration = 0
-  let hotGrants = 0
-  const hotUser = () => `hot-${plan.runTag}-${hotGeneration}`
+  const cycle = plan.workload.startRun(plan.runTag)
   const before = target.counters()
 
   const recordStep = async (
@@ -145,17 +115,7 @@ export const startRunSession = (target: Target, plan: SessionPlan): RunSession =
     tally,
     step,
     worker: { heldHold: undefined },
-    nextId: () => `${plan.runTag}.${(idSequence += 1)}`,
-    hot: {
-      user: hotUser,
-      onGrant: () => {
-        hotGrants += 1
-        if (hotGrants >= hotGrantsPerUser) {
-          hotGrants = 0
-          hotGeneration += 1
-        }
-      }
-    }
+    nextId: () => `${plan.runTag}.${(idSequence += 1)}`
   })
 
   const runWindows = async (onTick: (fraction: number) => void) => {
@@ -176,8 +136,8 @@ export const startRunSession = (target: Target, plan: SessionPlan): RunSession =
 
   return {
     isMeasuring: () => measuring,
-    cycleDone: () => {
-      if (measuring) counts.cycles += 1
+    runCycle: async (context) => {
+      if ((await cycle(context)) && measuring) counts.cycles += 1
     },
     recordStep,
     contextFor,
@@ -231,10 +191,7 @@ export const runWorkload: Runner<RunPlan, RunResult> = async (target, plan, onTi
   const step: RunStep = (name, send) => session.recordStep(name, send, performance.now())
   const worker = async (index: number): Promise<void> => {
     const context = session.contextFor(index, step)
-    while (!stopping) {
-      await plan.workload.cycle(context)
-      session.cycleDone()
-    }
+    while (!stopping) await session.runCycle(context)
   }
   const workers = Array.from({ length: plan.concurrency }, (_, index) => worker(index))
   const { measuredMs, cpu } = await session.runWindows(onTick)
@@ -242,5 +199,3 @@ export const runWorkload: Runner<RunPlan, RunResult> = async (target, plan, onTi
   const drainedCleanly = await session.drain(Promise.all(workers))
   return session.result({ concurrency: plan.concurrency, measuredMs, cpu, drainedCleanly })
 }
-
-export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))

@@ -8,4 +8,12 @@ export const formatRate = (value: number): string =>
 export const formatMs = (value: number): string =>
   value >= 100 ? value.toFixed(0) : value >= 10 ? value.toFixed(1) : value.toFixed(2)
 
-export const perSecond = (count: number, ms: number) => (ms > 0 ? (count * 1000) / ms : 0)
+/** A Markdown table: the header's cells, a rule, then one row per entry. */
+export const table = (
+  head: ReadonlyArray<string>,
+  rows: ReadonlyArray<ReadonlyArray<string | number>>
+): Array<string> => [
+  `| ${head.join(" | ")} |`,
+  `|${" --- |".repeat(head.length)}`,
+  ...rows.map((row) => `| ${row.join(" | ")} |`)
+]

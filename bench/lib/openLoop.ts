@@ -10,10 +10,10 @@
  * dropped. Warm-up, measured window, tally, errors and CPU shares are the closed loop's (driver.ts).
  */
 import { performance } from "node:perf_hooks"
-import type { Runner, RunResult, SessionPlan } from "./driver.js"
+import type { Runner, SessionPlan } from "./driver.js"
 import { startRunSession } from "./driver.js"
-import type { LatencySummary } from "./latency.js"
 import { makeLatencyRecorder } from "./latency.js"
+import type { OpenLoopResult } from "./results.js"
 import { makeRng } from "./rng.js"
 import type { CycleContext, RunStep } from "./workloads.js"
 
@@ -29,21 +29,6 @@ export interface RatePlan extends SessionPlan {
   readonly cyclesPerSecond: number
   /** Cycles in flight at most; an arrival past it is dropped. */
   readonly inFlightMax: number
-}
-
-export interface OpenLoopResult extends RunResult {
-  readonly offeredPerSecond: number
-  /** Arrivals scheduled while the window measured. */
-  readonly offered: number
-  /** Of those, arrivals not started because `inFlightMax` cycles were in flight. */
-  readonly dropped: number
-  /** Arrivals dropped during the warm-up (not in `dropped`). */
-  readonly droppedInWarmup: number
-  readonly inFlightMax: number
-  /** Whole cycles, from the intended start to the last reply, completed in the window. */
-  readonly cycleLatency: LatencySummary
-  /** How late cycles started against their schedule (the bench's own scheduling delay, in the latencies). */
-  readonly startLag: LatencySummary
 }
 
 /** One virtual worker: a cycle context, reused by one cycle at a time. */
@@ -108,12 +93,11 @@ export const runAtRate: Runner<RatePlan, OpenLoopResult> = async (target, plan, 
         cycleLatency.recordMs(performance.now() - intendedStartMs)
         startLag.recordMs(startedMs - intendedStartMs)
       }
-      session.cycleDone()
       idleLanes.push(lane)
       if (inFlight === 0) onIdle?.()
       pump()
     }
-    plan.workload.cycle(lane.context).then(finished, (error: unknown) => {
+    session.runCycle(lane.context).then(finished, (error: unknown) => {
       failure ??= error
       finished()
     })

@@ -4,7 +4,6 @@ export interface Progress {
   readonly update: (label: string, fraction: number) => void
   /** One run finished. */
   readonly advance: (summary: string) => void
-  readonly log: (line: string) => void
   readonly done: () => void
 }
 
@@ -36,10 +35,6 @@ export const makeProgress = (totalSteps: number, startedAt: number = Date.now())
       } else {
         process.stderr.write(`[${finished}/${totalSteps}] ${summary}\n`)
       }
-    },
-    log: (line) => {
-      if (tty) process.stderr.write(`\r${" ".repeat((process.stderr.columns ?? 120) - 1)}\r`)
-      process.stderr.write(`${line}\n`)
     },
     done: () => {
       if (tty) process.stderr.write("\n")

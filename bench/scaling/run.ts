@@ -15,13 +15,19 @@
 import type { ChildProcess } from "node:child_process"
 import { spawn } from "node:child_process"
 import { randomBytes } from "node:crypto"
-import { readFileSync, readdirSync, writeFileSync } from "node:fs"
+import { writeFileSync } from "node:fs"
 import os from "node:os"
 import { join } from "node:path"
-import pg from "pg"
+import type pg from "pg"
 import { QuotaClient } from "../../src/client/QuotaClient.js"
+import type { CpuShares } from "../lib/cpu.js"
+import { formatCpu, startCpuMeter } from "../lib/cpu.js"
+import { setTimeout as sleep } from "node:timers/promises"
+import { makeLatencyRecorder } from "../lib/latency.js"
 import { machineInfo } from "../lib/machine.js"
 import { makeRng } from "../lib/rng.js"
+import { natsUrl } from "../targets/natsTarget.js"
+import { createDatabase, databaseUrl, makePool } from "../targets/pgCommon.js"
 
 // ---------------------------------------------------------------------------------------------
 // Settings
@@ -43,29 +49,10 @@ const settings = {
 }
 
 const root = join(import.meta.dirname, "..", "..")
-const serverUrl = process.env["BENCH_DATABASE_URL"] ?? "postgres://postgres@127.0.0.1:5432/test"
-const natsUrl = process.env["NATS_URL"] ?? "nats://127.0.0.1:4222"
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
 // ---------------------------------------------------------------------------------------------
-// Database and processes
+// Processes
 // ---------------------------------------------------------------------------------------------
-
-const adminQuery = async (sql: string): Promise<void> => {
-  const client = new pg.Client({ connectionString: serverUrl })
-  await client.connect()
-  try {
-    await client.query(sql)
-  } finally {
-    await client.end()
-  }
-}
-
-const databaseUrl = (database: string): string => {
-  const url = new URL(serverUrl)
-  url.pathname = `/${database}`
-  return url.toString()
-}
 
 interface Serve {
   readonly child: ChildProcess
@@ -121,78 +108,6 @@ const waitForBalance = async (pool: pg.Pool, count: number, partitions: number, 
 }
 
 // ---------------------------------------------------------------------------------------------
-// CPU from /proc
-// ---------------------------------------------------------------------------------------------
-
-type Group = "coordinators" | "postgres" | "nats" | "bench" | "other"
-
-const clockTicksPerSecond = 100
-
-const machineBusyTicks = (): number => {
-  const fields = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number)
-  const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0, steal = 0] = fields
-  return user + nice + system + irq + softirq + steal
-}
-
-const processTicks = (pid: string): { name: string; ticks: number } | undefined => {
-  try {
-    const text = readFileSync(`/proc/${pid}/stat`, "utf8")
-    const close = text.lastIndexOf(")")
-    const rest = text.slice(close + 2).split(" ")
-    return { name: text.slice(text.indexOf("(") + 1, close), ticks: Number(rest[11]) + Number(rest[12]) }
-  } catch {
-    return undefined
-  }
-}
-
-/** A Postgres backend of another database is someone else's work; server processes count as ours. */
-const postgresGroup = (pid: string, database: string): Group => {
-  try {
-    const command = readFileSync(`/proc/${pid}/cmdline`, "utf8").replace(/\0/g, " ")
-    const backend = /^postgres: [^:]+: \S+ (\S+) /.exec(command)
-    return backend === null || backend[1] === database ? "postgres" : "other"
-  } catch {
-    return "other"
-  }
-}
-
-interface CpuSnapshot {
-  readonly at: number
-  readonly busy: number
-  readonly ticks: Map<string, { group: Group; ticks: number }>
-}
-
-const cpuSnapshot = (coordinatorPids: ReadonlySet<number>, database: string): CpuSnapshot => {
-  const ticks = new Map<string, { group: Group; ticks: number }>()
-  for (const pid of readdirSync("/proc").filter((entry) => /^\d+$/.test(entry))) {
-    const read = processTicks(pid)
-    if (read === undefined) continue
-    let group: Group = "other"
-    if (coordinatorPids.has(Number(pid))) group = "coordinators"
-    else if (Number(pid) === process.pid) group = "bench"
-    else if (read.name === "postgres") group = postgresGroup(pid, database)
-    else if (read.name === "nats-server") group = "nats"
-    ticks.set(pid, { group, ticks: read.ticks })
-  }
-  return { at: performance.now(), busy: machineBusyTicks(), ticks }
-}
-
-/** Percent of one core per group between two snapshots; `other` is the machine's rest. */
-const cpuShares = (before: CpuSnapshot, after: CpuSnapshot): Record<Group, number> => {
-  const seconds = (after.at - before.at) / 1_000
-  const shares: Record<Group, number> = { coordinators: 0, postgres: 0, nats: 0, bench: 0, other: 0 }
-  for (const [pid, now] of after.ticks) {
-    if (now.group === "other") continue
-    shares[now.group] += (now.ticks - (before.ticks.get(pid)?.ticks ?? 0)) / clockTicksPerSecond / seconds
-  }
-  const machine = (after.busy - before.busy) / clockTicksPerSecond / seconds
-  const ours = shares.coordinators + shares.postgres + shares.nats + shares.bench
-  shares.other = Math.max(0, machine - ours)
-  for (const group of Object.keys(shares) as Array<Group>) shares[group] = Math.round(shares[group] * 100)
-  return shares
-}
-
-// ---------------------------------------------------------------------------------------------
 // One run
 // ---------------------------------------------------------------------------------------------
 
@@ -206,20 +121,16 @@ interface RunResult {
   readonly errors: number
   readonly firstError: string | undefined
   readonly commandsPerMessage: number
-  readonly cpu: Record<Group, number>
+  readonly cpu: CpuShares
 }
-
-const percentile = (sorted: ReadonlyArray<number>, fraction: number): number =>
-  sorted.length === 0 ? NaN : sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * fraction))]!
 
 const runOnce = async (processes: number, round: number): Promise<RunResult> => {
   const tag = randomBytes(4).toString("hex")
   const database = `bench_scaling_${tag}`
   const prefix = `bscale_${tag}`
   const { partitions } = settings
-  await adminQuery(`create database ${database}`)
-  const pool = new pg.Pool({ connectionString: databaseUrl(database), max: 2 })
-  pool.on("error", () => {})
+  const dropDatabase = await createDatabase(database)
+  const pool = makePool(databaseUrl(database), 2)
   const serves: Array<Serve> = []
   try {
     const env = {
@@ -253,13 +164,13 @@ const runOnce = async (processes: number, round: number): Promise<RunResult> => 
     let cycles = 0
     let errors = 0
     let firstError: string | undefined
-    const latencies: Array<number> = []
+    const latency = makeLatencyRecorder()
     const timed = async (call: () => Promise<{ status: string }>, ok: ReadonlyArray<string>) => {
       const started = performance.now()
       try {
         const result = await call()
         if (!ok.includes(result.status)) throw new Error(`answered ${result.status}`)
-        if (measuring) latencies.push(performance.now() - started)
+        if (measuring) latency.recordMs(performance.now() - started)
         return true
       } catch (error) {
         if (measuring) {
@@ -285,30 +196,29 @@ const runOnce = async (processes: number, round: number): Promise<RunResult> => 
     const workers = Promise.all(Array.from({ length: settings.inflight }, (_, index) => worker(index)))
     await sleep(settings.warmupMs)
 
-    const pids = new Set(serves.map((serve) => serve.child.pid ?? -1))
     const countersBefore = client.counters()
-    const cpuBefore = cpuSnapshot(pids, database)
+    const cpuMeter = startCpuMeter({ pids: serves.map((serve) => serve.child.pid ?? -1), label: "coord" })
     const started = performance.now()
     measuring = true
     await sleep(settings.measureMs)
     measuring = false
     const seconds = (performance.now() - started) / 1_000
-    const cpu = cpuShares(cpuBefore, cpuSnapshot(pids, database))
+    const cpu = cpuMeter.stop()
     const countersAfter = client.counters()
     running = false
     await workers
     await client.close()
 
-    latencies.sort((left, right) => left - right)
+    const { count, p50Ms, p99Ms } = latency.summary()
     const messages = countersAfter.messagesSent - countersBefore.messagesSent
     const commands = countersAfter.commandsSent - countersBefore.commandsSent
     return {
       processes,
       round,
       cyclesPerSecond: cycles / seconds,
-      requestsPerSecond: latencies.length / seconds,
-      p50: percentile(latencies, 0.5),
-      p99: percentile(latencies, 0.99),
+      requestsPerSecond: count / seconds,
+      p50: p50Ms,
+      p99: p99Ms,
       errors,
       firstError,
       commandsPerMessage: messages === 0 ? 0 : commands / messages,
@@ -324,7 +234,7 @@ const runOnce = async (processes: number, round: number): Promise<RunResult> => 
     await Promise.race([Promise.all(serves.map((serve) => serve.exited)), sleep(30_000)])
     for (const serve of serves) if (serve.child.exitCode === null) serve.child.kill("SIGKILL")
     await pool.end()
-    await adminQuery(`drop database if exists ${database} with (force)`)
+    await dropDatabase()
   }
 }
 
@@ -334,9 +244,6 @@ const runOnce = async (processes: number, round: number): Promise<RunResult> => 
 
 const format = (value: number, digits = 0): string =>
   Number.isFinite(value) ? value.toLocaleString("en-US", { maximumFractionDigits: digits }) : "-"
-
-const cpuText = (cpu: Record<Group, number>): string =>
-  `coord ${cpu.coordinators} · pg ${cpu.postgres} · nats ${cpu.nats} · bench ${cpu.bench} · other ${cpu.other}`
 
 const main = async () => {
   const loadBefore = os.loadavg().map((value) => value.toFixed(2))
@@ -363,7 +270,7 @@ const main = async () => {
         (result) =>
           `| ${processes} | ${result.round} | ${format(result.cyclesPerSecond)} | ${format(result.requestsPerSecond)} | ` +
           `${format(result.p50, 1)} | ${format(result.p99, 1)} | ${format(result.commandsPerMessage, 1)} | ` +
-          `${result.errors}${result.firstError === undefined ? "" : ` (${result.firstError})`} | ${cpuText(result.cpu)} |`
+          `${result.errors}${result.firstError === undefined ? "" : ` (${result.firstError})`} | ${formatCpu(result.cpu, os.cpus().length)} |`
       )
   )
   const summary = settings.processes.map(
@@ -385,11 +292,11 @@ const main = async () => {
       "interleaved. Each run: a fresh database, `serve` processes started one by one until they hold equal shares.",
     "",
     "Columns: *cycles/s* reserve+commit cycles completed in the window; *req/s* requests answered; p50/p99 per " +
-      "request in ms (retries included); *cmds/msg* commands per NATS message; *CPU* percent of one core while " +
-      "measured (2 cores = 200): the coordinators together, Postgres (server and this run's backends), nats-server, " +
-      "the bench client, and everything else on the machine.",
+      "request in ms (retries included); *cmds/msg* commands per NATS message; *CPU %* of one core while " +
+      "measured (bench/lib/cpu.ts): the bench client, the coordinators together, Postgres, nats-server, and " +
+      "everything else on the machine.",
     "",
-    "| processes | round | cycles/s | req/s | p50 | p99 | cmds/msg | errors | CPU (of 200) |",
+    "| processes | round | cycles/s | req/s | p50 | p99 | cmds/msg | errors | CPU % while measured |",
     "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ...rows,
     "",

@@ -60,12 +60,21 @@ export interface Target {
   readonly close: () => Promise<void>
 }
 
-/** Remembers the first error text for `takeError`. */
+/** Remembers the first error text for `takeError`; `guard` answers "error" for a request that throws. */
 export const makeErrorNote = () => {
   let first: string | undefined
+  const note = (error: unknown) => {
+    first ??= error instanceof Error ? error.message : String(error)
+  }
   return {
-    note: (error: unknown) => {
-      if (first === undefined) first = error instanceof Error ? error.message : String(error)
+    note,
+    guard: async (send: () => Promise<StepOutcome>): Promise<StepOutcome> => {
+      try {
+        return await send()
+      } catch (error) {
+        note(error)
+        return "error"
+      }
     },
     take: () => {
       const taken = first
@@ -73,4 +82,14 @@ export const makeErrorNote = () => {
       return taken
     }
   }
+}
+
+/** Runs `each` on every item, `size` at a time (priming: loading users without flooding the target). */
+export const inChunks = async <A>(
+  items: ReadonlyArray<A>,
+  size: number,
+  each: (item: A) => Promise<unknown>
+): Promise<void> => {
+  for (let start = 0; start < items.length; start += size)
+    await Promise.all(items.slice(start, start + size).map(each))
 }

@@ -6,30 +6,19 @@
 import type { ChildProcess } from "node:child_process"
 import { spawn } from "node:child_process"
 import { randomBytes } from "node:crypto"
-import { createWriteStream, existsSync } from "node:fs"
+import { createWriteStream } from "node:fs"
 import { mkdtemp, rm, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { connect } from "@nats-io/transport-node"
 import { partitionOf } from "../../src/domain/partition.js"
-import { sleep } from "../lib/driver.js"
+import { setTimeout as sleep } from "node:timers/promises"
 import { createDatabase, databaseUrl } from "./pgCommon.js"
 import { meterLimits, slotsPerUser } from "./Target.js"
 import { natsUrl } from "./natsTarget.js"
 
-/** The files the coordinator target needs; any missing one means "not yet wired". */
-export const coordinatorFiles = [
-  "src/cli/main.ts",
-  "src/transport/NatsServer.ts",
-  "src/store/postgres/PostgresStore.ts",
-  "src/store/GroupCommit.ts"
-] as const
-
-export const missingCoordinatorFiles = (root: string): ReadonlyArray<string> =>
-  coordinatorFiles.filter((file) => !existsSync(join(root, file)))
-
 /** The bench's meters and plans: `work` (never reached), `hot` (tight), slots for the mix. */
-export const benchConfig = {
+const benchConfig = {
   meters: { work: { period: "month" }, hot: { period: "month" } },
   plans: { free: { slots: slotsPerUser, limits: { work: meterLimits.work, hot: meterLimits.hot } } },
   defaultPlan: "free"
@@ -66,8 +55,13 @@ export const startCoordinator = async (
   await writeFile(configPath, JSON.stringify(benchConfig))
 
   let output = ""
-  // BENCH_COORDINATOR_NODE_FLAGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") profiles the coordinator alone.
-  const nodeFlags = (process.env["BENCH_COORDINATOR_NODE_FLAGS"] ?? "")
+  // BENCH_COORDINATOR_NODE_FLAGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") profiles the coordinator
+  // alone; set in `env` (a variant), it replaces the flags as deployed (`npm run serve`, the Dockerfile:
+  // a 64 MB young generation, see docs/PERFORMANCE.md), so `BENCH_COORDINATOR_NODE_FLAGS=` is Node's default.
+  const nodeFlags = (
+    env["BENCH_COORDINATOR_NODE_FLAGS"] ??
+    `--max-semi-space-size=64 ${process.env["BENCH_COORDINATOR_NODE_FLAGS"] ?? ""}`
+  )
     .split(" ")
     .filter((flag) => flag !== "")
   const child: ChildProcess = spawn(

@@ -5,7 +5,7 @@
 import type { ChildProcess } from "node:child_process"
 import { spawn } from "node:child_process"
 import { join } from "node:path"
-import { sleep } from "../lib/driver.js"
+import { setTimeout as sleep } from "node:timers/promises"
 
 export interface EchoProcess {
   readonly pid: number

@@ -13,7 +13,7 @@ import { connect } from "@nats-io/transport-node"
 import type { NatsConnection } from "@nats-io/transport-node"
 import { partitionOf } from "../../src/domain/partition.js"
 import type { HoldRef, StepOutcome, Target } from "./Target.js"
-import { makeErrorNote } from "./Target.js"
+import { inChunks, makeErrorNote } from "./Target.js"
 
 export const natsUrl = process.env["BENCH_NATS_URL"] ?? "nats://127.0.0.1:4222"
 
@@ -53,15 +53,15 @@ const successStatuses: Readonly<Record<string, ReadonlyArray<string>>> = {
   get_usage: ["ok"]
 }
 
-/** Statuses that are a decision against the request. */
-const refusalStatuses: ReadonlyArray<string> = ["insufficient_quota", "busy"]
+/** The outcome of the coordinator's answer `status` to `op`; undefined when it is neither (an error). */
+export const outcomeOf = (op: string, status: string): StepOutcome | undefined =>
+  successStatuses[op]?.includes(status) === true
+    ? "ok"
+    : status === "insufficient_quota" || status === "busy"
+      ? "refused"
+      : undefined
 
-export interface NatsTarget extends Target {
-  /** Sends `get_usage` for every user, in batches: loads each user's actor (priming). */
-  readonly touchUsers: (users: ReadonlyArray<string>) => Promise<void>
-}
-
-export const makeNatsTarget = async (options: NatsTargetOptions): Promise<NatsTarget> => {
+export const makeNatsTarget = async (options: NatsTargetOptions): Promise<Target> => {
   const nc: NatsConnection = await connect({ servers: natsUrl, name: `bench-${options.key}` })
   const errors = makeErrorNote()
   let requests = 0
@@ -122,33 +122,17 @@ export const makeNatsTarget = async (options: NatsTargetOptions): Promise<NatsTa
     })
   }
 
-  const step = async (command: WireCommand): Promise<StepOutcome> => {
-    try {
+  const step = (command: WireCommand): Promise<StepOutcome> =>
+    errors.guard(async () => {
       const result = await send(command)
       if (options.echo) return "ok"
       const status = result.status ?? "(no status)"
-      if (successStatuses[command.op]?.includes(status) === true) return "ok"
-      if (refusalStatuses.includes(status)) return "refused"
-      errors.note(
-        new Error(
-          `${command.op}: ${status}${typeof result["error"] === "string" ? ` (${result["error"]})` : ""}`
-        )
-      )
+      const outcome = outcomeOf(command.op, status)
+      if (outcome !== undefined) return outcome
+      const detail = typeof result["error"] === "string" ? ` (${result["error"]})` : ""
+      errors.note(new Error(`${command.op}: ${status}${detail}`))
       return "error"
-    } catch (error) {
-      errors.note(error)
-      return "error"
-    }
-  }
-
-  const touchUsers = async (users: ReadonlyArray<string>) => {
-    const inFlightMax = 64
-    for (let start = 0; start < users.length; start += inFlightMax) {
-      await Promise.all(
-        users.slice(start, start + inFlightMax).map((user) => step({ op: "get_usage", user }))
-      )
-    }
-  }
+    })
 
   return {
     key: options.key,
@@ -156,8 +140,8 @@ export const makeNatsTarget = async (options: NatsTargetOptions): Promise<NatsTa
     durable: !options.echo,
     supportsSlots: true,
     notes: options.notes,
-    touchUsers,
-    prime: (users) => (options.echo ? Promise.resolve() : touchUsers(users)),
+    // Loads each user's actor: the runs measure a warm coordinator.
+    prime: (users) => inChunks(options.echo ? [] : users, 64, (user) => step({ op: "get_usage", user })),
     reserve: (hold: HoldRef) =>
       step({ op: "reserve", user: hold.user, meter: hold.meter, amount: hold.amount, id: hold.id }),
     consume: (hold, amount, key) => step({ op: "consume", user: hold.user, id: hold.id, amount, key }),

@@ -5,10 +5,8 @@
 import { QuotaClient } from "../../src/client/QuotaClient.js"
 import type { Result } from "../../src/domain/results.js"
 import type { StepOutcome, Target } from "./Target.js"
-import { makeErrorNote } from "./Target.js"
-import { natsUrl, requestTimeoutMs } from "./natsTarget.js"
-
-const refusals: ReadonlyArray<string> = ["insufficient_quota", "busy"]
+import { inChunks, makeErrorNote } from "./Target.js"
+import { natsUrl, outcomeOf, requestTimeoutMs } from "./natsTarget.js"
 
 export const makeSdkTarget = async (prefix: string, partitions: number): Promise<Target> => {
   const client = await QuotaClient.connect({
@@ -28,33 +26,13 @@ export const makeSdkTarget = async (prefix: string, partitions: number): Promise
     return `${retries} commands retried by the client${first === undefined ? "" : `; ${first}`}`
   }
 
-  const step = async (
-    op: string,
-    call: () => Promise<Result>,
-    ok: ReadonlyArray<string>
-  ): Promise<StepOutcome> => {
-    try {
-      const result = await call()
-      if (ok.includes(result.status)) return "ok"
-      if (refusals.includes(result.status)) return "refused"
-      errors.note(new Error(`${op}: ${result.status}`))
-      return "error"
-    } catch (error) {
-      errors.note(error)
-      return "error"
-    }
-  }
-
-  const touch = async (users: ReadonlyArray<string>) => {
-    const inFlightMax = 1_000
-    for (let start = 0; start < users.length; start += inFlightMax) {
-      await Promise.all(
-        users
-          .slice(start, start + inFlightMax)
-          .map((user) => step("get_usage", () => client.getUsage({ user }), ["ok"]))
-      )
-    }
-  }
+  const step = (op: string, call: () => Promise<Result>): Promise<StepOutcome> =>
+    errors.guard(async () => {
+      const { status } = await call()
+      const outcome = outcomeOf(op, status)
+      if (outcome === undefined) errors.note(new Error(`${op}: ${status}`))
+      return outcome ?? "error"
+    })
 
   return {
     key: "coord-sdk",
@@ -65,28 +43,18 @@ export const makeSdkTarget = async (prefix: string, partitions: number): Promise
       "`QuotaClient` from src/client: concurrent commands coalesced per partition into one NATS message (microtask batching), retries on unavailable/overloaded/timeout.",
       "The coordinator runs as `quota-coordinator serve` in its own process (Postgres store with group commit, on a database created for the bench run)."
     ],
-    prime: (users) => touch(users),
+    prime: (users) => inChunks(users, 1_000, (user) => step("get_usage", () => client.getUsage({ user }))),
     reserve: (hold) =>
-      step(
-        "reserve",
-        () => client.reserve({ user: hold.user, meter: hold.meter, amount: hold.amount, id: hold.id }),
-        ["reserved", "exists"]
+      step("reserve", () =>
+        client.reserve({ user: hold.user, meter: hold.meter, amount: hold.amount, id: hold.id })
       ),
     consume: (hold, amount, key) =>
-      step("consume", () => client.consume({ user: hold.user, id: hold.id, amount, key }), [
-        "consumed",
-        "exists"
-      ]),
+      step("consume", () => client.consume({ user: hold.user, id: hold.id, amount, key })),
     commit: (hold, actual) =>
-      step("commit", () => client.commit({ user: hold.user, id: hold.id, amount: actual }), [
-        "committed",
-        "exists"
-      ]),
-    release: (hold) =>
-      step("release", () => client.release({ user: hold.user, id: hold.id }), ["released", "exists"]),
-    acquireSlot: (user, job) =>
-      step("acquire_slot", () => client.acquireSlot({ user, job }), ["acquired", "exists"]),
-    releaseSlot: (user, job) => step("release_slot", () => client.releaseSlot({ user, job }), ["released"]),
+      step("commit", () => client.commit({ user: hold.user, id: hold.id, amount: actual })),
+    release: (hold) => step("release", () => client.release({ user: hold.user, id: hold.id })),
+    acquireSlot: (user, job) => step("acquire_slot", () => client.acquireSlot({ user, job })),
+    releaseSlot: (user, job) => step("release_slot", () => client.releaseSlot({ user, job })),
     counters: () => {
       const counters = client.counters()
       return { requests: counters.commandsSent, messages: counters.messagesSent }

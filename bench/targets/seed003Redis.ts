@@ -30,7 +30,7 @@ redis.call('SET', KEYS[1], new_usage)
 return new_usage
 `
 
-export const redisUrl = process.env["BENCH_REDIS_URL"] ?? "redis://127.0.0.1:6379"
+const redisUrl = process.env["BENCH_REDIS_URL"] ?? "redis://127.0.0.1:6379"
 
 export const makeSeed003Target = async (namespace: string): Promise<Target> => {
   // One connection: ioredis writes commands as they come and matches replies in order, so every
@@ -51,13 +51,10 @@ export const makeSeed003Target = async (namespace: string): Promise<Target> => {
   const refund = async (hold: HoldRef, amount: number): Promise<StepOutcome> => {
     if (amount <= 0) return "none"
     requests += 1
-    try {
+    return errors.guard(async () => {
       await redis.evalsha(refundSha, 1, usedKey(hold.user, hold.meter), String(amount))
       return "ok"
-    } catch (error) {
-      errors.note(error)
-      return "error"
-    }
+    })
   }
 
   return {
@@ -78,9 +75,9 @@ export const makeSeed003Target = async (namespace: string): Promise<Target> => {
         await pipeline.exec()
       }
     },
-    reserve: async (hold) => {
+    reserve: (hold) => {
       requests += 1
-      try {
+      return errors.guard(async () => {
         const reply = (await redis.evalsha(
           reserveSha,
           2,
@@ -90,10 +87,7 @@ export const makeSeed003Target = async (namespace: string): Promise<Target> => {
           String(meterLimits[hold.meter])
         )) as Array<number>
         return reply[0] === 1 ? "ok" : "refused"
-      } catch (error) {
-        errors.note(error)
-        return "error"
-      }
+      })
     },
     consume: async () => "none",
     commit: (hold, actual) => refund(hold, hold.amount - actual),

@@ -105,15 +105,12 @@ export const makeSeed004Target = async (connectionString: string): Promise<Targe
   const errors = makeErrorNote()
   let requests = 0
 
-  const call = async (sql: string, values: ReadonlyArray<unknown>): Promise<StepOutcome> => {
+  const call = (sql: string, values: Array<unknown>): Promise<StepOutcome> => {
     requests += 1
-    try {
-      const result = await pool.query<{ ok: boolean }>(sql, values as Array<unknown>)
+    return errors.guard(async () => {
+      const result = await pool.query<{ ok: boolean }>(sql, values)
       return result.rows[0]?.ok === true ? "ok" : "refused"
-    } catch (error) {
-      errors.note(error)
-      return "error"
-    }
+    })
   }
 
   return {
