@@ -164,6 +164,7 @@ export const reserve = (
     consumeKeys: null
   }
   writable(state, "pending").set(hold.id, hold)
+  state.pendingExpiresAtLowest = Math.min(state.pendingExpiresAtLowest, hold.expiresAt)
   meterState.reserved += hold.amount
   meterState.pendingHolds += 1
   assertGrantWithinLimit(state, hold.meter, limit)
@@ -263,6 +264,7 @@ export const extend = (
   if (hold === undefined) return notFound
   if (hold.state !== "pending") return holdResult(ctx, state, "closed", hold)
   hold.expiresAt = ctx.now + command.ttlMs
+  state.pendingExpiresAtLowest = Math.min(state.pendingExpiresAtLowest, hold.expiresAt)
   pushHold(state, output, hold)
   return holdResult(ctx, state, "extended", hold)
 }
@@ -318,8 +320,16 @@ export const adjust = (
  * again, and announced (`hold_expired`, an orphan: its work never committed or released it).
  */
 export const expireHolds = (ctx: DecideContext, state: UserState, output: Output): void => {
-  for (const hold of [...state.pending.values()]) {
-    if (hold.expiresAt > ctx.now) continue
+  if (state.pendingExpiresAtLowest > ctx.now) return
+  // Something may be due: collect what is, and the exact earliest of the rest, in one pass.
+  const due: Array<Hold> = []
+  let lowest = Infinity
+  for (const hold of state.pending.values()) {
+    if (hold.expiresAt <= ctx.now) due.push(hold)
+    else lowest = Math.min(lowest, hold.expiresAt)
+  }
+  state.pendingExpiresAtLowest = lowest
+  for (const hold of due) {
     const returned = holdReserved(hold)
     closeHold(ctx, state, hold, "expired")
     pushHold(state, output, hold)

@@ -56,6 +56,10 @@ export const assertUserState = (state: UserState): void => {
   for (const hold of state.pending.values()) {
     assert(hold.state === "pending", `${state.user}/${hold.id}: ${hold.state} hold among pending`)
     assert(isAmount(hold.amount) && isAmount(hold.consumed), `${state.user}/${hold.id}: amounts`)
+    assert(
+      state.pendingExpiresAtLowest <= hold.expiresAt,
+      `${state.user}/${hold.id}: expires at ${hold.expiresAt}, before the lowest bound ${state.pendingExpiresAtLowest}`
+    )
     const entry = recount.get(hold.meter) ?? { reserved: 0, pendingHolds: 0 }
     entry.reserved += holdReserved(hold)
     entry.pendingHolds += 1
