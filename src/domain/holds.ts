@@ -20,12 +20,15 @@ import { invalidRequest, notFound, overloaded, unknownMeter } from "./results.js
 import type { Hold, UserState } from "./state.js"
 import { announceThresholds, pushUsageRow } from "./thresholds.js"
 import {
+  forgetOldestClosed,
   holdRecord,
   holdReserved,
   meterAt,
   meterLimit,
   meterView,
+  oldestClosed,
   releaseIfEmpty,
+  rememberClosed,
   writable
 } from "./state.js"
 
@@ -109,13 +112,8 @@ const closeHold = (
   hold.closedAt = ctx.now
   writable(state, "pending").delete(hold.id)
   releaseIfEmpty(state, "pending")
-  const closed = writable(state, "closed")
-  closed.set(hold.id, hold)
-  while (closed.size > closedHoldsPerUserMax) {
-    const oldest = closed.keys().next().value
-    if (oldest === undefined) break
-    closed.delete(oldest)
-  }
+  rememberClosed(state, hold)
+  while (state.closed.size > closedHoldsPerUserMax) forgetOldestClosed(state)
 }
 
 const pushHold = (state: UserState, output: Output, hold: Hold): void => {
@@ -354,9 +352,9 @@ export const expireHolds = (ctx: DecideContext, state: UserState, output: Output
 export const pruneRemembered = (ctx: DecideContext, state: UserState): void => {
   const cutoff = ctx.now - idRetentionMs
   // Deletes only what is there, so an untouched sentinel is never written.
-  for (const [id, hold] of state.closed) {
-    if ((hold.closedAt ?? 0) >= cutoff) break
-    writable(state, "closed").delete(id)
+  for (let oldest = oldestClosed(state); oldest !== undefined; oldest = oldestClosed(state)) {
+    if ((oldest.closedAt ?? 0) >= cutoff) break
+    forgetOldestClosed(state)
   }
   for (const [id, adjustment] of state.adjustments) {
     if (adjustment.at >= cutoff) break

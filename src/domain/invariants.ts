@@ -69,6 +69,17 @@ export const assertUserState = (state: UserState): void => {
     assert(hold.state !== "pending", `${state.user}/${hold.id}: pending hold among closed`)
     assert(!state.pending.has(hold.id), `${state.user}/${hold.id}: both pending and closed`)
   }
+  assert(
+    state.closedOrder.length - state.closedOrderHead === state.closed.size,
+    `${state.user}: ${state.closed.size} closed holds, ${state.closedOrder.length - state.closedOrderHead} in closing order`
+  )
+  let closedBefore = -Infinity
+  for (let index = state.closedOrderHead; index < state.closedOrder.length; index += 1) {
+    const hold = state.closedOrder[index]!
+    assert(state.closed.get(hold.id) === hold, `${state.user}/${hold.id}: in closing order, not among closed`)
+    assert((hold.closedAt ?? 0) >= closedBefore, `${state.user}/${hold.id}: closing order out of order`)
+    closedBefore = hold.closedAt ?? 0
+  }
   for (const [meter, meterState] of state.meters) {
     assertMeter(state, meter)
     const expected = recount.get(meter) ?? { reserved: 0, pendingHolds: 0 }
