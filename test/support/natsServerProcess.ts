@@ -6,6 +6,7 @@
  * JetStream: put `jetstream { store_dir: "<dir>/js" }` into the config text.
  */
 import { execFile, spawn } from "node:child_process"
+import { randomBytes } from "node:crypto"
 import { once } from "node:events"
 import { mkdir, readFile, writeFile } from "node:fs/promises"
 import { createServer, connect as tcpConnect } from "node:net"
@@ -90,8 +91,11 @@ const signedLeaf = async (
   await ecKey(key)
   await openssl(["req", "-new", "-key", key, "-out", csr, "-subj", subject])
   await writeFile(extFile, extensions)
+  // A serial of its own: -CAcreateserial has both leaves, signed in parallel, write one ca.srl file,
+  // and one of them sometimes read it half written ("Unable to load number").
+  const serial = `0x${randomBytes(16).toString("hex")}`
   await openssl([
-    ...["x509", "-req", "-in", csr, "-CA", ca.cert, "-CAkey", ca.key, "-CAcreateserial"],
+    ...["x509", "-req", "-in", csr, "-CA", ca.cert, "-CAkey", ca.key, "-set_serial", serial],
     ...["-out", cert, "-days", "1", "-sha256", "-extfile", extFile]
   ])
   return { key, cert }
