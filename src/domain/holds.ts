@@ -26,7 +26,6 @@ import {
   meterAt,
   meterLimit,
   meterView,
-  oldestClosed,
   releaseIfEmpty,
   rememberClosed,
   writable
@@ -159,7 +158,8 @@ export const reserve = (
     expiresAt: ctx.now + command.ttlMs,
     createdAt: ctx.now,
     closedAt: null,
-    consumeKeys: null
+    consumeKeys: null,
+    closedNext: null
   }
   writable(state, "pending").set(hold.id, hold)
   state.pendingExpiresAtLowest = Math.min(state.pendingExpiresAtLowest, hold.expiresAt)
@@ -352,10 +352,7 @@ export const expireHolds = (ctx: DecideContext, state: UserState, output: Output
 export const pruneRemembered = (ctx: DecideContext, state: UserState): void => {
   const cutoff = ctx.now - idRetentionMs
   // Deletes only what is there, so an untouched sentinel is never written.
-  for (let oldest = oldestClosed(state); oldest !== undefined; oldest = oldestClosed(state)) {
-    if ((oldest.closedAt ?? 0) >= cutoff) break
-    forgetOldestClosed(state)
-  }
+  while (state.closedOldest !== null && (state.closedOldest.closedAt ?? 0) < cutoff) forgetOldestClosed(state)
   for (const [id, adjustment] of state.adjustments) {
     if (adjustment.at >= cutoff) break
     writable(state, "adjustments").delete(id)

@@ -3,7 +3,7 @@
  * reloaded from the store, and the command is answered `unavailable`, never with a wrong grant.
  */
 import { amountMax } from "./limits.js"
-import type { UserState } from "./state.js"
+import type { Hold, UserState } from "./state.js"
 import { holdReserved } from "./state.js"
 
 export class InvariantViolation extends Error {
@@ -69,17 +69,21 @@ export const assertUserState = (state: UserState): void => {
     assert(hold.state !== "pending", `${state.user}/${hold.id}: pending hold among closed`)
     assert(!state.pending.has(hold.id), `${state.user}/${hold.id}: both pending and closed`)
   }
-  assert(
-    state.closedOrder.length - state.closedOrderHead === state.closed.size,
-    `${state.user}: ${state.closed.size} closed holds, ${state.closedOrder.length - state.closedOrderHead} in closing order`
-  )
+  let inOrder = 0
   let closedBefore = -Infinity
-  for (let index = state.closedOrderHead; index < state.closedOrder.length; index += 1) {
-    const hold = state.closedOrder[index]!
+  let newest: Hold | null = null
+  for (let hold = state.closedOldest; hold !== null; hold = hold.closedNext) {
     assert(state.closed.get(hold.id) === hold, `${state.user}/${hold.id}: in closing order, not among closed`)
     assert((hold.closedAt ?? 0) >= closedBefore, `${state.user}/${hold.id}: closing order out of order`)
     closedBefore = hold.closedAt ?? 0
+    newest = hold
+    inOrder += 1
+    if (inOrder > state.closed.size) break
   }
+  assert(
+    inOrder === state.closed.size && newest === state.closedNewest,
+    `${state.user}: ${state.closed.size} closed holds, ${inOrder} in closing order (or its newest misplaced)`
+  )
   for (const [meter, meterState] of state.meters) {
     assertMeter(state, meter)
     const expected = recount.get(meter) ?? { reserved: 0, pendingHolds: 0 }

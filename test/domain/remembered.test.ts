@@ -41,7 +41,7 @@ describe("closed holds remembered", () => {
 
   it("past the retention window the oldest are forgotten, in closing order, and the rest kept", () => {
     const state = newState()
-    // More than the order's compaction threshold (1 024), so its dropped prefix is exercised too.
+    // Thousands forgotten at once, from the front of the closing order.
     closeHolds(state, "h", 3_000)
     // At this time, holds that closed at T0 + 0 .. T0 + 2 499 are past the window.
     const atMs = idRetentionMs + 2_500
