@@ -2,6 +2,8 @@ import { defineConfig } from "vitest/config"
 
 export default defineConfig({
   test: {
+    // Compiles src/ once, so tests that start `serve` as a process start it as deployed.
+    globalSetup: ["test/support/buildServe.ts"],
     include: ["test/cluster/**/*.test.ts"],
     // Each file starts several coordinator processes: one file at a time on a 2-core machine.
     fileParallelism: false,

@@ -7,6 +7,7 @@ import type { ChildProcess } from "node:child_process"
 import { randomUUID } from "node:crypto"
 import { once } from "node:events"
 import pg from "pg"
+import { compiledServeArguments } from "./compiledServe.js"
 
 const adminUrl = process.env["DATABASE_URL"] ?? "postgres://postgres@127.0.0.1:5432/test"
 
@@ -55,7 +56,8 @@ export interface ServeProcess {
 
 /** `readyWhen`: a log message that means serving; default the first claim of partitions. */
 export const startServe = (env: Record<string, string>, readyWhen = "claimed partitions"): ServeProcess => {
-  const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", "serve"], {
+  // Compiled by the global setup (buildServe.ts): started as deployed, not through tsx.
+  const child = spawn(process.execPath, [...compiledServeArguments], {
     // Several processes run at once: each binds any free port for its HTTP endpoint, and logs it.
     env: { ...process.env, LOG_LEVEL: "info", QUOTA_HTTP_ADDR: "127.0.0.1:0", ...env },
     stdio: ["ignore", "pipe", "pipe"]
