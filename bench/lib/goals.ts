@@ -158,22 +158,24 @@ const throughputLines = (report: Report, labelOf: (key: string) => string): Arra
     }
     const required = goal.factor * cyclesPerSecond(baseline)
     const reached = cyclesPerSecond(coordinator)
+    const trouble = [
+      ...(coordinator.errors > 0 ? [`${coordinator.errors} errors`] : []),
+      ...(coordinator.overGrants > 0 ? [`${coordinator.overGrants} over-grants`] : []),
+      ...(coordinator.drainedCleanly ? [] : ["did not drain"])
+    ]
+    // A run with errors, over-grants or cycles left hanging meets nothing, however fast it was.
     const verdict =
       level !== goal.level
         ? `not checked (measured at ${level})`
-        : reached >= required
+        : reached >= required && trouble.length === 0
           ? "**met**"
           : "**not met**"
-    const trouble = [
-      ...(coordinator.errors > 0 ? [`${coordinator.errors} errors`] : []),
-      ...(coordinator.overGrants > 0 ? [`${coordinator.overGrants} over-grants`] : [])
-    ]
     const ceilings = ceilingsAt(report, level, coordinator)
     const ceilingCells = report.ceilingsMeasured
       ? `${rate(ceilings.batched)} / ${rate(ceilings.perMessage)} | ${rate(ceilings.insert)}${ceilings.rows === undefined ? "" : ` (${ceilings.rows.toFixed(1)} rows/cycle)`}`
       : "not measured | not measured"
     lines.push(
-      `| ${title} | ${formatRate(required)} (${goal.factor} × ${formatRate(cyclesPerSecond(baseline))}) | ${formatRate(reached)}${trouble.length > 0 ? ` (${trouble.join(", ")})` : ""} | ${cyclesPerSecond(baseline) > 0 ? `${(reached / cyclesPerSecond(baseline)).toFixed(2)}×` : "n/a"} | ${verdict} | ${ceilingCells} |`
+      `| ${title} | ${formatRate(required)} (${goal.factor} × ${formatRate(cyclesPerSecond(baseline))}) | ${formatRate(reached)}${trouble.length > 0 ? ` (${trouble.join(", ")})` : ""} | ${cyclesPerSecond(baseline) > 0 ? `${(Math.floor((reached / cyclesPerSecond(baseline)) * 100) / 100).toFixed(2)}×` : "n/a"} | ${verdict} | ${ceilingCells} |`
     )
     const refused = [coordinator, baseline].filter((run) => run.refused > 0)
     const sentences = [
