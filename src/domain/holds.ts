@@ -110,6 +110,8 @@ const closeHold = (
   hold.state = closedState
   hold.closedAt = ctx.now
   writable(state, "pending").delete(hold.id)
+  // The bound is exact again when nothing is pending: no tick for a hold that is gone.
+  if (state.pending.size === 0) state.pendingExpiresAtLowest = Infinity
   releaseIfEmpty(state, "pending")
   rememberClosed(state, hold)
   while (state.closed.size > closedHoldsPerUserMax) forgetOldestClosed(state)
@@ -348,7 +350,11 @@ export const expireHolds = (ctx: DecideContext, state: UserState, output: Output
   }
 }
 
-/** Forgets closed holds and adjust ids past the retention window (both maps are in time order). */
+/**
+ * Forgets closed holds and adjust ids past the retention window, oldest first, stopping at the first
+ * still inside it. Both are kept in the order they were decided, which is time order unless the clock
+ * stepped back; then some are kept a little past their window, none is forgotten before it ends.
+ */
 export const pruneRemembered = (ctx: DecideContext, state: UserState): void => {
   const cutoff = ctx.now - idRetentionMs
   // Deletes only what is there, so an untouched sentinel is never written.

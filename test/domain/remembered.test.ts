@@ -9,9 +9,9 @@ import { decide } from "../../src/domain/decide.js"
 import { assertUserState } from "../../src/domain/invariants.js"
 import { closedHoldsPerUserMax, idRetentionMs } from "../../src/domain/limits.js"
 import type { Command } from "../../src/domain/commands.js"
-import { emptyUserState } from "../../src/domain/state.js"
+import { emptyUserState, nextDeadline } from "../../src/domain/state.js"
 import type { UserState } from "../../src/domain/state.js"
-import { commit, reserve, setLimit, T0, U } from "./support.js"
+import { commit, reserve, setLimit, T0, tick, U } from "./support.js"
 
 /** Decides `command` at T0 + `atMs` on `state`, without the full recount (some runs are long). */
 const decideAt = (state: UserState, atMs: number, command: Command) =>
@@ -70,5 +70,28 @@ describe("closed holds remembered", () => {
     expect(decideAt(state, atMs, commit("h2", 1))?.status).toBe("not_found")
     expect(decideAt(state, atMs, commit("h3", 1))?.status).toBe("exists")
     assertUserState(state)
+  })
+})
+
+describe("the pending holds' expiry bound", () => {
+  it("a user whose holds all closed has nothing due (no tick for a hold that is gone)", () => {
+    const state = newState()
+    expect(decideAt(state, 0, reserve("h1", 1))?.status).toBe("reserved")
+    expect(nextDeadline(state)).toBe(T0 + 60_000)
+    expect(decideAt(state, 1_000, commit("h1", 1))?.status).toBe("committed")
+    expect(nextDeadline(state)).toBeNull()
+  })
+
+  it("with holds still pending, the next deadline is never later than the earliest expiry", () => {
+    const state = newState()
+    decideAt(state, 0, reserve("early", 1))
+    decideAt(state, 10, reserve("late", 1, "analysis", 120_000))
+    decideAt(state, 20, commit("early", 1))
+    const deadline = nextDeadline(state)
+    expect(deadline).not.toBeNull()
+    expect(deadline!).toBeLessThanOrEqual(T0 + 10 + 120_000)
+    // A tick at the stale bound expires nothing and makes it exact.
+    expect(decideAt(state, 60_000, tick())).toBeNull()
+    expect(nextDeadline(state)).toBe(T0 + 10 + 120_000)
   })
 })
