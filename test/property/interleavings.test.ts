@@ -29,8 +29,16 @@ const describeEvents = (events: ReadonlyArray<StoreEvent>): string =>
     })
     .join(", ")
 
-const coordinatorUnderTest = (residentActorsMax?: number): SystemUnderTest => ({
-  name: residentActorsMax === undefined ? "Coordinator" : `Coordinator (${residentActorsMax} resident actor)`,
+const coordinatorUnderTest = (
+  residentActorsMax?: number,
+  decisionsPerWriteMax?: number
+): SystemUnderTest => ({
+  name:
+    residentActorsMax !== undefined
+      ? `Coordinator (${residentActorsMax} resident actor)`
+      : decisionsPerWriteMax !== undefined
+        ? `Coordinator (groups of ${decisionsPerWriteMax})`
+        : "Coordinator",
   config: defaultConfig,
   exact: true,
   mayRefuse: residentActorsMax !== undefined,
@@ -45,7 +53,8 @@ const coordinatorUnderTest = (residentActorsMax?: number): SystemUnderTest => ({
       config: defaultConfig,
       store,
       startAt,
-      ...(residentActorsMax === undefined ? {} : { residentActorsMax })
+      ...(residentActorsMax === undefined ? {} : { residentActorsMax }),
+      ...(decisionsPerWriteMax === undefined ? {} : { decisionsPerWriteMax })
     })
     return {
       store,
@@ -85,6 +94,19 @@ describe("interleavings (fc.scheduler orders every store write and load)", () =>
         "interleavings: Coordinator with one resident actor",
         fc.asyncProperty(setupArb, roundsArb, fc.scheduler(), async (setup, rounds, scheduler) => {
           await runInterleaving(coordinatorUnderTest(1), { setup, rounds, scheduler })
+        })
+      )
+    },
+    propertyTimeoutMs()
+  )
+
+  it(
+    "the same with groups of two decisions: an actor run writes several groups in turn",
+    async () => {
+      await assertProperty(
+        "interleavings: Coordinator with groups of two",
+        fc.asyncProperty(setupArb, roundsArb, fc.scheduler(), async (setup, rounds, scheduler) => {
+          await runInterleaving(coordinatorUnderTest(undefined, 2), { setup, rounds, scheduler })
         })
       )
     },

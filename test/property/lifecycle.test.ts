@@ -75,7 +75,7 @@ interface Real extends AuditedSystem {
   readonly releaseHeld: () => void
 }
 
-const startReal = async (): Promise<Real> => {
+const startReal = async (decisionsPerWriteMax: number | undefined): Promise<Real> => {
   const held: Array<() => void> = []
   const control: { gate: Gate } = { gate: "open" }
   const holdIf = (gate: Gate): Promise<void> =>
@@ -89,7 +89,14 @@ const startReal = async (): Promise<Real> => {
         Effect.promise(() => holdIf("after"))
       )
   }
-  const harness = await startCoordinator({ config, store: gated, startAt })
+  // Groups of two (every other run): a round of one user's commands is more than a group, so an actor
+  // run writes several groups in turn, and a gated, failed or crashed write lands between two of them.
+  const harness = await startCoordinator({
+    config,
+    store: gated,
+    startAt,
+    ...(decisionsPerWriteMax === undefined ? {} : { decisionsPerWriteMax })
+  })
   return {
     harness,
     store,
@@ -282,32 +289,37 @@ describe("lifecycle (fc.commands: holds, slots, time, retries, crashes)", () => 
     async () => {
       await assertProperty(
         "lifecycle",
-        fc.asyncProperty(setupOnPlansArb, lifecycleCommands, async (setup, commands) => {
-          const real = await startReal()
-          try {
-            const auditor = new Auditor(config, propertyUsers, initialModel(startAt))
-            for (const command of setup) await auditor.exchange(real, [command])
-            checkOutbox(auditor, real, "setup")
-            await fc.asyncModelRun(() => ({ model: { auditor }, real }), commands)
-            // Settle every waiter, then check the durable rows and the outbox.
-            await auditor.advance(real, 31_000)
-            checkOutbox(auditor, real, "at the end")
-            const problems = [
-              ...real.harness.errors
-                .filter((error) => !error.includes("fenced"))
-                .map((error) => `internal error: ${error}`),
-              ...auditStore(
-                config,
-                real.store,
-                auditor.now,
-                new Set(propertyUsers.map((user) => `${user}|*`))
-              )
-            ]
-            if (problems.length > 0) throw new Error(problems.join("\n"))
-          } finally {
-            await real.harness.close()
+        fc.asyncProperty(
+          setupOnPlansArb,
+          lifecycleCommands,
+          fc.constantFrom(undefined, 2),
+          async (setup, commands, decisionsPerWriteMax) => {
+            const real = await startReal(decisionsPerWriteMax)
+            try {
+              const auditor = new Auditor(config, propertyUsers, initialModel(startAt))
+              for (const command of setup) await auditor.exchange(real, [command])
+              checkOutbox(auditor, real, "setup")
+              await fc.asyncModelRun(() => ({ model: { auditor }, real }), commands)
+              // Settle every waiter, then check the durable rows and the outbox.
+              await auditor.advance(real, 31_000)
+              checkOutbox(auditor, real, "at the end")
+              const problems = [
+                ...real.harness.errors
+                  .filter((error) => !error.includes("fenced"))
+                  .map((error) => `internal error: ${error}`),
+                ...auditStore(
+                  config,
+                  real.store,
+                  auditor.now,
+                  new Set(propertyUsers.map((user) => `${user}|*`))
+                )
+              ]
+              if (problems.length > 0) throw new Error(problems.join("\n"))
+            } finally {
+              await real.harness.close()
+            }
           }
-        })
+        )
       )
     },
     propertyTimeoutMs()

@@ -51,6 +51,11 @@ export interface HarnessOptions {
   readonly actorIdleMs?: number
   /** Caps resident actors: a new user evicts the least recently used idle one, or is `overloaded`. */
   readonly residentActorsMax?: number
+  /**
+   * Commands an actor decides per write. Small, more commands queue than one group takes, so one actor
+   * run decides and writes several groups in turn (a hot user's path).
+   */
+  readonly decisionsPerWriteMax?: number
 }
 
 export const startCoordinator = async (options: HarnessOptions): Promise<CoordinatorHarness> => {
@@ -72,6 +77,9 @@ export const startCoordinator = async (options: HarnessOptions): Promise<Coordin
         sweepIntervalMs: 0,
         ...(options.actorIdleMs === undefined ? {} : { actorIdleMs: options.actorIdleMs }),
         ...(options.residentActorsMax === undefined ? {} : { residentActorsMax: options.residentActorsMax }),
+        ...(options.decisionsPerWriteMax === undefined
+          ? {}
+          : { decisionsPerWriteMax: options.decisionsPerWriteMax }),
         onError: (user, message, cause) => {
           errors.push(`${user}: ${message}: ${String(cause)}`)
         }
