@@ -196,22 +196,40 @@ const load = (actor: UserActor, settings: ActorSettings): Effect.Effect<Option.O
 interface Group {
   readonly events: Array<StoreEvent>
   readonly replies: Array<readonly [Envelope, Result]>
+  /** The domain's wakeups, appended by decideInto; each is read into `woken` right after its command. */
   readonly wakeups: Array<Wakeup>
+  /** What the wakeups answer: the envelopes parked for the job at the moment it was woken. */
+  readonly woken: Array<readonly [ReadonlyArray<Envelope>, Result]>
 }
 
-/** Decides the group's commands in order; park waiting `acquire_slot` replies. May throw on an invariant violation. */
+const newGroup = (): Group => ({ events: [], replies: [], wakeups: [], woken: [] })
+
+/**
+ * Decides the group's commands in order into `group`; parks waiting `acquire_slot` replies. A wakeup
+ * takes the envelopes parked for its job when it is decided, so a retry that a later command of the
+ * same group parks again waits for a wakeup of its own (answered with the earlier one's `busy`, its
+ * caller would not know the slot the domain later grants it). May throw on an invariant violation.
+ */
 const decideGroup = (
   actor: UserActor,
   state: UserState,
   envelopes: ReadonlyArray<Envelope>,
   ctx: DecideContext,
-  settings: ActorSettings
-): Group => {
-  const group: Group = { events: [], replies: [], wakeups: [] }
+  settings: ActorSettings,
+  group: Group
+): void => {
   const options = { assertFull: settings.assertFull }
   for (const envelope of envelopes) {
     const { command } = envelope
+    const wakeupsBefore = group.wakeups.length
     const result = decideInto(state, command, ctx, group, options)
+    for (let index = wakeupsBefore; index < group.wakeups.length; index += 1) {
+      const { job, result: woken } = group.wakeups[index]!
+      const waiting = actor.parked?.get(job)
+      if (waiting === undefined) continue
+      actor.parked!.delete(job)
+      group.woken.push([waiting, woken])
+    }
     if (result !== null) group.replies.push([envelope, result])
     else if (command.op === "acquire_slot") {
       actor.parked ??= new Map()
@@ -220,8 +238,12 @@ const decideGroup = (
       actor.parked.set(command.job, waiting)
     } else group.replies.push([envelope, { status: "ok" }])
   }
-  return group
+  if (actor.parked?.size === 0) actor.parked = undefined
 }
+
+/** What a group answers: the envelopes its wakeups took (parked by earlier groups), then its commands. */
+const heldBy = (group: Group, envelopes: ReadonlyArray<Envelope>): ReadonlyArray<Envelope> =>
+  group.woken.length === 0 ? envelopes : [...group.woken.flatMap(([waiting]) => waiting), ...envelopes]
 
 /**
  * One run of the actor: load if needed, then decide groups until the mailbox is empty. Every failure
@@ -240,19 +262,21 @@ export const runUserActor = (actor: UserActor, settings: ActorSettings): Effect.
         })
   )
 
-/** Decides the group, or returns undefined (reported) when a decision crashed. */
+/** Decides the group into `group`; false (reported) when a decision crashed. */
 const decideOrReport = (
   actor: UserActor,
   state: UserState,
   envelopes: ReadonlyArray<Envelope>,
   ctx: DecideContext,
-  settings: ActorSettings
-): Group | undefined => {
+  settings: ActorSettings,
+  group: Group
+): boolean => {
   try {
-    return decideGroup(actor, state, envelopes, ctx, settings)
+    decideGroup(actor, state, envelopes, ctx, settings, group)
+    return true
   } catch (cause) {
     settings.onError(actor.user, "decision crashed (invariant violation or bug)", cause)
-    return undefined
+    return false
   }
 }
 
@@ -286,10 +310,13 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
       actor.inFlight = envelopes
       const decidedAt = settings.now()
       const ctx: DecideContext = { config: settings.config, now: decidedAt, random: settings.random }
-      const decided = decideOrReport(actor, state, envelopes, ctx, settings)
+      const decided = newGroup()
+      const decidedWell = decideOrReport(actor, state, envelopes, ctx, settings, decided)
+      // The waiters its wakeups took are answered with it (or `unavailable` with it, or by closeActor).
+      actor.inFlight = heldBy(decided, envelopes)
       let confirmed: Group | undefined
-      if (decided === undefined || decided.events.length === 0) {
-        confirmed = decided
+      if (!decidedWell || decided.events.length === 0) {
+        confirmed = decidedWell ? decided : undefined
       } else {
         const written = yield* Effect.exit(settings.store.write(decided.events))
         if (Exit.isSuccess(written)) {
@@ -300,7 +327,7 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
 
       if (confirmed === undefined) {
         // Nothing of this group is confirmed: answer it all `unavailable` and start again from the store.
-        answerHeld(actor, envelopes, settings)
+        answerHeld(actor, heldBy(decided, envelopes), settings)
         actor.state = undefined
         actor.inFlight = noEnvelopes
         const reloaded = yield* load(actor, settings)
@@ -312,13 +339,10 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
           if (result.status === "busy") settings.metrics.slotBusy(planOf(settings.config, state))
           answer(envelope, result, settings, actor.user)
         }
-        for (const { job, result } of confirmed.wakeups) {
+        for (const [waiting, result] of confirmed.woken) {
           if (result.status === "busy") settings.metrics.slotBusy(planOf(settings.config, state))
-          const waiting = actor.parked?.get(job)
-          actor.parked?.delete(job)
-          answerAll(waiting ?? [], result, settings, actor.user)
+          answerAll(waiting, result, settings, actor.user)
         }
-        if (actor.parked?.size === 0) actor.parked = undefined
       }
       actor.lastActiveAt = decidedAt
       actor.inFlight = noEnvelopes
