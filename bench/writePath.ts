@@ -23,11 +23,8 @@
  *
  *   npx tsx bench/writePath.ts [--seconds 5] [--cycles-per-group 64] [--writers 4]
  */
-import { execFileSync } from "node:child_process"
 import { randomBytes } from "node:crypto"
-import { readFileSync } from "node:fs"
 import { mkdir, writeFile } from "node:fs/promises"
-import os from "node:os"
 import { parseArgs } from "node:util"
 import { Effect } from "effect"
 import pg from "pg"
@@ -41,12 +38,16 @@ import { emptyUserState } from "../src/domain/state.js"
 import type { Fence } from "../src/store/Fence.js"
 import { poolConfig } from "../src/store/postgres/PostgresStore.js"
 import { migrate } from "../src/store/postgres/migrate.js"
+import type { GroupQuery } from "../src/store/postgres/writeEvents.js"
 import {
   collapseEvents,
   groupQueries,
+  submitCorked,
   writeGroup,
   writeStatements
 } from "../src/store/postgres/writeEvents.js"
+import { processCpuMs } from "./lib/cpu.js"
+import { machineInfo } from "./lib/machine.js"
 import { makeRng } from "./lib/rng.js"
 
 const { values: options } = parseArgs({
@@ -66,7 +67,6 @@ const owner = "bench-write-path"
 const cyclesPerApplyBatch = 1_000
 /** Groups are generated for this rate over a whole run; a faster run would stop early, out of groups. */
 const cyclesPerSecondCeiling = 100_000
-const clockTicksPerSecond = Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }))
 const adminUrl = process.env["DATABASE_URL"] ?? "postgres://postgres@127.0.0.1:5432/test"
 const database = `bench_writepath_${randomBytes(4).toString("hex")}`
 const databaseUrl = Object.assign(new URL(adminUrl), { pathname: `/${database}` }).toString()
@@ -134,11 +134,7 @@ const openPool = async (size: number) => {
 
 /** utime + stime of the processes, in milliseconds. */
 const cpuMsOf = (pids: ReadonlyArray<number>): number =>
-  pids.reduce((total, pid) => {
-    const text = readFileSync(`/proc/${pid}/stat`, "utf8")
-    const fields = text.slice(text.lastIndexOf(")") + 2).split(" ")
-    return total + ((Number(fields[11]) + Number(fields[12])) * 1_000) / clockTicksPerSecond
-  }, 0)
+  pids.reduce((total, pid) => total + processCpuMs(pid), 0)
 
 interface Run {
   readonly variant: "tables" | "log append" | "log apply"
@@ -202,14 +198,9 @@ const runWriters = async (groups: ReadonlyArray<Group>, write: (group: Group) =>
   return { reserves, commits }
 }
 
-/** Sends a transaction's statements in one write (corked, as writeGroup does); throws unless it committed. */
-const sendPipelined = async (client: pg.PoolClient, queries: ReadonlyArray<pg.QueryConfig>) => {
-  const { stream } = (client as unknown as { connection: { stream: { cork(): void; uncork(): void } } })
-    .connection
-  stream.cork()
-  const pending = queries.map((query) => client.query(query))
-  stream.uncork()
-  const settled = await Promise.allSettled(pending)
+/** Sends a transaction's statements in one write, as writeGroup does; throws unless it committed. */
+const sendPipelined = async (client: pg.PoolClient, queries: ReadonlyArray<GroupQuery>) => {
+  const settled = await Promise.allSettled(submitCorked(client, queries))
   const failure = settled.find((outcome) => outcome.status === "rejected")
   if (failure !== undefined) throw failure.reason
   const commit = settled[settled.length - 1]
@@ -262,7 +253,7 @@ const logSchemaSql = (schema: string) => `
   $$;`
 
 /** begin, fence, one row per partition touched (`values ($1, $2, $3), ...`, named per row count), commit. */
-const appendQueries = (schema: string, events: ReadonlyArray<StoreEvent>): Array<pg.QueryConfig> => {
+const appendQueries = (schema: string, events: ReadonlyArray<StoreEvent>): Array<GroupQuery> => {
   const byPartition = new Map<number, Array<StoreEvent>>()
   for (const event of events) {
     const partition = partitionOf(event.user, partitions)
@@ -273,7 +264,7 @@ const appendQueries = (schema: string, events: ReadonlyArray<StoreEvent>): Array
   const touched = [...byPartition.keys()].sort((left, right) => left - right)
   const rows = touched.map((_, index) => `($${index * 3 + 1}, $${index * 3 + 2}, $${index * 3 + 3})`)
   return [
-    { text: "begin" },
+    { text: "begin", values: [] },
     {
       name: "log_fence",
       text: `select "${schema}".assert_epochs($1::integer[], $2::bigint[], $3)`,
@@ -288,7 +279,7 @@ const appendQueries = (schema: string, events: ReadonlyArray<StoreEvent>): Array
         Buffer.from(JSON.stringify(byPartition.get(partition)))
       ])
     },
-    { text: "commit" }
+    { text: "commit", values: [] }
   ]
 }
 
@@ -326,14 +317,14 @@ const runApply = async (logSchema: string, schema: string, logged: Written): Pro
       const events = read.rows.flatMap((row) => JSON.parse(row.events.toString()) as Array<StoreEvent>)
       const projected = groupQueries(statements, collapseEvents(events), partitions)
       await sendPipelined(client, [
-        { text: "begin" },
-        ...projected.map(({ name, text, values }) => ({ name, text, values: [...values] })),
+        { text: "begin", values: [] },
+        ...projected,
         {
           name: "log_delete",
           text: `delete from "${logSchema}".events_log where seq <= $1`,
           values: [read.rows[read.rows.length - 1]!.seq]
         },
-        { text: "commit" }
+        { text: "commit", values: [] }
       ])
       reserves += events.filter((event) => event.kind === "hold" && event.hold.state === "pending").length
       commits += events.filter((event) => event.kind === "ledger").length
@@ -347,6 +338,7 @@ const runApply = async (logSchema: string, schema: string, logged: Written): Pro
 }
 
 const report = (runs: ReadonlyArray<Run>): string => {
+  const machine = machineInfo()
   const perCycle = (variant: Run["variant"], value: (run: Run) => number) => {
     const of = runs.filter((run) => run.variant === variant)
     return of.reduce((total, run) => total + value(run) / run.cycles, 0) / of.length
@@ -363,7 +355,7 @@ const report = (runs: ReadonlyArray<Run>): string => {
   return [
     "# Write path: tables against log append + apply",
     "",
-    `Machine: ${os.cpus()[0]?.model.trim()}, ${os.cpus().length} cores, Node ${process.version}; commit ${execFileSync("git", ["rev-parse", "--short", "HEAD"], { encoding: "utf8" }).trim()}.`,
+    `Machine: ${machine.cpuModel}, ${machine.cores} cores, Node ${machine.node}; code: ${machine.code}.`,
     `Parameters: \`--seconds ${seconds} --cycles-per-group ${cyclesPerGroup} --writers ${writers}\`; ${users} users (uniform), ${partitions} partitions, fenced, pipelined; apply in batches of about ${cyclesPerApplyBatch} cycles on one connection. Events generated before timing; log rows hold JSON.`,
     "",
     "| run | variant | s | cycles | cycles/s | Postgres CPU ms / 1000 cycles | bench CPU ms / 1000 cycles | WAL bytes / cycle |",

@@ -63,6 +63,10 @@ const processTicks = (pid: string): { name: string; ticks: number } | undefined 
   }
 }
 
+/** utime + stime of one process, in milliseconds; 0 when it is gone or unreadable. */
+export const processCpuMs = (pid: number): number =>
+  ((processTicks(String(pid))?.ticks ?? 0) * 1_000) / clockTicksPerSecond
+
 /** `postgres: 15/main: <user> <database> <host>(<port>) <state>`: a client backend and its database. */
 const backendPattern = /^postgres: [^:]+: \S+ (\S+) (?:\S*\(\d+\)|\[local\])/
 

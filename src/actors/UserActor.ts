@@ -307,17 +307,17 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
       // stale, so nothing is decided from it: this group, the queue and the parked waiters (whose
       // place in the queue was memory only) are answered `unavailable`, and the next command reloads.
       if (!settings.servable(actor.user)) return closeActor(actor, settings, envelopes)
-      actor.inFlight = envelopes
       const decidedAt = settings.now()
       const ctx: DecideContext = { config: settings.config, now: decidedAt, random: settings.random }
       const decided = newGroup()
       const decidedWell = decideOrReport(actor, state, envelopes, ctx, settings, decided)
-      // The waiters its wakeups took are answered with it (or `unavailable` with it, or by closeActor).
+      // Set before the first yield: the waiters its wakeups took are answered with the group (or
+      // `unavailable` with it, or by closeActor if the actor is interrupted).
       actor.inFlight = heldBy(decided, envelopes)
       let confirmed: Group | undefined
-      if (!decidedWell || decided.events.length === 0) {
-        confirmed = decidedWell ? decided : undefined
-      } else {
+      if (!decidedWell) confirmed = undefined
+      else if (decided.events.length === 0) confirmed = decided
+      else {
         const written = yield* Effect.exit(settings.store.write(decided.events))
         if (Exit.isSuccess(written)) {
           confirmed = decided

@@ -21,34 +21,33 @@ import type { Hold, UserState } from "./state.js"
 import { announceThresholds, pushUsageRow } from "./thresholds.js"
 import {
   forgetOldestClosed,
+  forgetPending,
   holdRecord,
   holdReserved,
   meterAt,
   meterLimit,
   meterView,
-  releaseIfEmpty,
   rememberClosed,
+  rememberPending,
   writable
 } from "./state.js"
 
 type CommandOf<Op extends OpsCommand["op"]> = Extract<OpsCommand, { op: Op }>
 
 /**
- * One object in one shape (no spreads of intermediate views): built for nearly every command, and what
- * a command allocates is what the young generation collects.
+ * Built for nearly every command: its fields copied into one object of one shape rather than spread
+ * from the meter's view and the hold's (what a command allocates is what the young generation collects).
  */
 const holdResult = (ctx: DecideContext, state: UserState, status: HoldStatus, hold: Hold): HoldResult => {
-  const meterState = meterAt(ctx.config, state, hold.meter, ctx.now)
-  const limit = meterLimit(ctx.config, state, hold.meter)
-  const total = meterState.used + meterState.reserved
+  const meter = meterView(ctx.config, state, hold.meter, ctx.now)
   return {
     status,
-    meter: hold.meter,
-    limit,
-    used: meterState.used,
-    reserved: meterState.reserved,
-    available: limit - total,
-    overage: Math.max(0, total - limit),
+    meter: meter.meter,
+    limit: meter.limit,
+    used: meter.used,
+    reserved: meter.reserved,
+    available: meter.available,
+    overage: meter.overage,
     id: hold.id,
     amount: hold.amount,
     consumed: hold.consumed,
@@ -109,10 +108,7 @@ const closeHold = (
   meterState.pendingHolds -= 1
   hold.state = closedState
   hold.closedAt = ctx.now
-  writable(state, "pending").delete(hold.id)
-  // The bound is exact again when nothing is pending: no tick for a hold that is gone.
-  if (state.pending.size === 0) state.pendingExpiresAtLowest = Infinity
-  releaseIfEmpty(state, "pending")
+  forgetPending(state, hold)
   rememberClosed(state, hold)
   while (state.closed.size > closedHoldsPerUserMax) forgetOldestClosed(state)
 }
@@ -163,8 +159,7 @@ export const reserve = (
     consumeKeys: null,
     closedNext: null
   }
-  writable(state, "pending").set(hold.id, hold)
-  state.pendingExpiresAtLowest = Math.min(state.pendingExpiresAtLowest, hold.expiresAt)
+  rememberPending(state, hold)
   meterState.reserved += hold.amount
   meterState.pendingHolds += 1
   assertGrantWithinLimit(state, hold.meter, limit)

@@ -7,7 +7,7 @@ import type { Config, Period } from "./config.js"
 import { meterPeriod, planLimit, planNamed } from "./config.js"
 import type { HoldRecord, StoredUser } from "./events.js"
 import { periodStartAt } from "./period.js"
-import type { HoldView, MeterUsage, MeterView, UsageResult } from "./results.js"
+import type { MeterUsage, MeterView, UsageResult } from "./results.js"
 
 export interface Hold extends HoldRecord {
   consumed: number
@@ -129,6 +129,19 @@ export const releaseIfEmpty = (state: UserState, field: "pending" | "slots"): vo
   if (state[field].size === 0) state[field] = noEntries
 }
 
+/** Adds a pending hold (reserved, or loaded pending), lowering the expiry bound to it. */
+export const rememberPending = (state: UserState, hold: Hold): void => {
+  writable(state, "pending").set(hold.id, hold)
+  state.pendingExpiresAtLowest = Math.min(state.pendingExpiresAtLowest, hold.expiresAt)
+}
+
+/** Removes a hold from the pending ones; with none left, the expiry bound is exact again (none due). */
+export const forgetPending = (state: UserState, hold: Hold): void => {
+  writable(state, "pending").delete(hold.id)
+  if (state.pending.size === 0) state.pendingExpiresAtLowest = Infinity
+  releaseIfEmpty(state, "pending")
+}
+
 /** Remembers a hold that has just closed (or was loaded closed, in closing order) as the newest. */
 export const rememberClosed = (state: UserState, hold: Hold): void => {
   writable(state, "closed").set(hold.id, hold)
@@ -223,14 +236,6 @@ export const meterView = (config: Config, state: UserState, meter: string, now: 
   }
 }
 
-export const holdView = (hold: Hold): HoldView => ({
-  id: hold.id,
-  amount: hold.amount,
-  consumed: hold.consumed,
-  state: hold.state,
-  expiresAt: hold.expiresAt
-})
-
 export const holdRecord = (hold: Hold): HoldRecord => ({
   id: hold.id,
   meter: hold.meter,
@@ -300,8 +305,7 @@ export const userStateFromStored = (user: string, stored: StoredUser): UserState
       closedNext: null
     }
     if (hold.state === "pending") {
-      writable(state, "pending").set(hold.id, hold)
-      state.pendingExpiresAtLowest = Math.min(state.pendingExpiresAtLowest, hold.expiresAt)
+      rememberPending(state, hold)
       let meterState = state.meters.get(hold.meter)
       if (meterState === undefined) {
         meterState = {

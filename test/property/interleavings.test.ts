@@ -73,43 +73,37 @@ const roundArb: fc.Arbitrary<Round> = fc.record({
 
 const roundsArb = fc.array(roundArb, { minLength: 1, maxLength: 5 })
 
+const variants: ReadonlyArray<{ name: string; label: string; system: () => SystemUnderTest }> = [
+  {
+    name: "keep used + reserved <= limit, slots <= plan, each id applied once, and answer as the model",
+    label: "interleavings: Coordinator",
+    system: () => coordinatorUnderTest()
+  },
+  {
+    name: "the same with one resident actor: every other user's command evicts and reloads (or is overloaded)",
+    label: "interleavings: Coordinator with one resident actor",
+    system: () => coordinatorUnderTest(1)
+  },
+  {
+    name: "the same with groups of two decisions: an actor run writes several groups in turn",
+    label: "interleavings: Coordinator with groups of two",
+    system: () => coordinatorUnderTest(undefined, 2)
+  }
+]
+
 describe("interleavings (fc.scheduler orders every store write and load)", () => {
-  it(
-    "keep used + reserved <= limit, slots <= plan, each id applied once, and answer as the model",
-    async () => {
-      await assertProperty(
-        "interleavings: Coordinator",
-        fc.asyncProperty(setupArb, roundsArb, fc.scheduler(), async (setup, rounds, scheduler) => {
-          await runInterleaving(coordinatorUnderTest(), { setup, rounds, scheduler })
-        })
-      )
-    },
-    propertyTimeoutMs()
-  )
-
-  it(
-    "the same with one resident actor: every other user's command evicts and reloads (or is overloaded)",
-    async () => {
-      await assertProperty(
-        "interleavings: Coordinator with one resident actor",
-        fc.asyncProperty(setupArb, roundsArb, fc.scheduler(), async (setup, rounds, scheduler) => {
-          await runInterleaving(coordinatorUnderTest(1), { setup, rounds, scheduler })
-        })
-      )
-    },
-    propertyTimeoutMs()
-  )
-
-  it(
-    "the same with groups of two decisions: an actor run writes several groups in turn",
-    async () => {
-      await assertProperty(
-        "interleavings: Coordinator with groups of two",
-        fc.asyncProperty(setupArb, roundsArb, fc.scheduler(), async (setup, rounds, scheduler) => {
-          await runInterleaving(coordinatorUnderTest(undefined, 2), { setup, rounds, scheduler })
-        })
-      )
-    },
-    propertyTimeoutMs()
-  )
+  for (const { name, label, system } of variants) {
+    it(
+      name,
+      async () => {
+        await assertProperty(
+          label,
+          fc.asyncProperty(setupArb, roundsArb, fc.scheduler(), async (setup, rounds, scheduler) => {
+            await runInterleaving(system(), { setup, rounds, scheduler })
+          })
+        )
+      },
+      propertyTimeoutMs()
+    )
+  }
 })

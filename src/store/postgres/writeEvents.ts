@@ -381,7 +381,7 @@ const queryConfig = (query: GroupQuery, named: boolean): pg.QueryConfig =>
  * nothing is sent before the last statement is queued. A pipelined client submits synchronously once
  * connected, which a checked-out pool client is.
  */
-const submitCorked = (
+export const submitCorked = (
   client: pg.PoolClient,
   queries: ReadonlyArray<GroupQuery>
 ): Array<Promise<pg.QueryResult>> => {
