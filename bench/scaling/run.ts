@@ -26,7 +26,7 @@ import { setTimeout as sleep } from "node:timers/promises"
 import { makeLatencyRecorder } from "../lib/latency.js"
 import { machineInfo } from "../lib/machine.js"
 import { makeRng } from "../lib/rng.js"
-import { natsUrl } from "../targets/natsTarget.js"
+import { deleteEventsStream, natsUrl } from "../targets/natsTarget.js"
 import { createDatabase, databaseUrl, makePool } from "../targets/pgCommon.js"
 
 // ---------------------------------------------------------------------------------------------
@@ -235,6 +235,7 @@ const runOnce = async (processes: number, round: number): Promise<RunResult> => 
     for (const serve of serves) if (serve.child.exitCode === null) serve.child.kill("SIGKILL")
     await pool.end()
     await dropDatabase()
+    await deleteEventsStream(prefix).catch(() => undefined)
   }
 }
 

@@ -15,7 +15,7 @@ import { partitionOf } from "../../src/domain/partition.js"
 import { setTimeout as sleep } from "node:timers/promises"
 import { createDatabase, databaseUrl } from "./pgCommon.js"
 import { meterLimits, slotsPerUser } from "./Target.js"
-import { natsUrl } from "./natsTarget.js"
+import { deleteEventsStream, natsUrl } from "./natsTarget.js"
 
 /** The bench's meters and plans: `work` (never reached), `hot` (tight), slots for the mix. */
 const benchConfig = {
@@ -111,6 +111,7 @@ export const startCoordinator = async (
     copy?.end()
     await rm(directory, { recursive: true, force: true })
     await dropDatabase().catch(() => undefined)
+    await deleteEventsStream(prefix).catch(() => undefined)
   }
 
   // Ready when an admin get_usage is answered (a no-responders rejection means not yet).

@@ -9,13 +9,30 @@
  *
  * With `echo: true` any reply counts as success: the far side is the echo server, not a coordinator.
  */
+import { jetstreamManager } from "@nats-io/jetstream"
 import { connect } from "@nats-io/transport-node"
 import type { NatsConnection } from "@nats-io/transport-node"
+import { defaultStreamName } from "../../src/config/eventSettings.js"
 import { partitionOf } from "../../src/domain/partition.js"
 import type { HoldRef, StepOutcome, Target } from "./Target.js"
 import { inChunks, makeErrorNote } from "./Target.js"
 
 export const natsUrl = process.env["BENCH_NATS_URL"] ?? "nats://127.0.0.1:4222"
+
+/**
+ * Deletes the events stream a coordinator with `prefix` created. JetStream reserves a stream's size
+ * cap (1 GiB by default) for as long as the stream exists, so streams left behind by bench runs used
+ * up the server's storage and new streams were refused. A stream already gone is fine.
+ */
+export const deleteEventsStream = async (prefix: string): Promise<void> => {
+  const nc = await connect({ servers: natsUrl, name: "bench-cleanup" })
+  try {
+    const manager = await jetstreamManager(nc)
+    await manager.streams.delete(defaultStreamName(prefix)).catch(() => false)
+  } finally {
+    await nc.close()
+  }
+}
 
 /** Long enough for 4 096 requests queued behind one slow Postgres commit; a timeout counts as an error. */
 export const requestTimeoutMs = 30_000

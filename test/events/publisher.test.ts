@@ -24,6 +24,7 @@ import { makePostgresOutbox } from "../../src/store/postgres/outbox.js"
 import type { PostgresStore } from "../../src/store/postgres/PostgresStore.js"
 import { makePostgresStore } from "../../src/store/postgres/PostgresStore.js"
 import { acquireScoped, createTestSchema } from "../support/database.js"
+import { testEventsMaxBytes } from "../support/eventStreams.js"
 import { sleep, waitFor } from "../support/operations.js"
 import type { NatsServerProcess } from "../support/natsServerProcess.js"
 import { startNatsServer } from "../support/natsServerProcess.js"
@@ -86,6 +87,7 @@ describe("the publisher", () => {
         outbox: outbox(),
         sink: makeJetStreamSink(nc, prefix, {
           ...eventSettingsDefaults,
+          maxBytes: testEventsMaxBytes,
           enabled: true,
           streamName: stream,
           outboxPerPartitionMax: 100
@@ -143,6 +145,7 @@ describe("the publisher", () => {
         outbox: outbox(),
         sink: makeJetStreamSink(awayConnection, prefix, {
           ...eventSettingsDefaults,
+          maxBytes: testEventsMaxBytes,
           enabled: true,
           streamName: `${prefix.toUpperCase()}_EVENTS`,
           outboxPerPartitionMax: 100

@@ -6,6 +6,7 @@ import net from "node:net"
 import { Deferred, Effect, Exit, Fiber } from "effect"
 import { QuotaClient } from "../../src/client/QuotaClient.js"
 import { serve } from "../../src/cli/serve.js"
+import { testServeEnv } from "./eventStreams.js"
 import { createTestDatabase, randomPrefix } from "./processes.js"
 
 /** A port nothing listens on right now (the OS's pick, released at once). */
@@ -95,7 +96,7 @@ export const startServeInProcess = async (env: Record<string, string>): Promise<
   const fiber = Effect.runFork(
     Effect.scoped(
       serve(
-        { LOG_LEVEL: "silent", ...env, QUOTA_HTTP_ADDR: `127.0.0.1:${httpPort}` },
+        { LOG_LEVEL: "silent", ...testServeEnv, ...env, QUOTA_HTTP_ADDR: `127.0.0.1:${httpPort}` },
         Deferred.await(stopped)
       )
     )

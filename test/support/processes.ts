@@ -8,6 +8,7 @@ import { randomUUID } from "node:crypto"
 import { once } from "node:events"
 import pg from "pg"
 import { compiledServeArguments } from "./compiledServe.js"
+import { testServeEnv } from "./eventStreams.js"
 
 const adminUrl = process.env["DATABASE_URL"] ?? "postgres://postgres@127.0.0.1:5432/test"
 
@@ -59,7 +60,7 @@ export const startServe = (env: Record<string, string>, readyWhen = "claimed par
   // Compiled by the global setup (buildServe.ts): started as deployed, not through tsx.
   const child = spawn(process.execPath, [...compiledServeArguments], {
     // Several processes run at once: each binds any free port for its HTTP endpoint, and logs it.
-    env: { ...process.env, LOG_LEVEL: "info", QUOTA_HTTP_ADDR: "127.0.0.1:0", ...env },
+    env: { ...process.env, LOG_LEVEL: "info", QUOTA_HTTP_ADDR: "127.0.0.1:0", ...testServeEnv, ...env },
     stdio: ["ignore", "pipe", "pipe"]
   })
   let output = ""
