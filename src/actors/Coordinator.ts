@@ -23,6 +23,7 @@ import { decideSystemJob } from "../domain/slots.js"
 import { Store } from "../store/Store.js"
 import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
 import { Metrics, noMetrics } from "../ops/MetricsRecorder.js"
+import { reportingClockSteps } from "./clockSteps.js"
 import { DeadlineHeap } from "./DeadlineHeap.js"
 import { RecencyList } from "./RecencyList.js"
 import type { ActorSettings, Envelope, Reply, UserActor } from "./UserActor.js"
@@ -80,6 +81,8 @@ export interface CoordinatorOptions {
   /** Run the orphan sweep every this many ms; 0 turns the periodic sweep off (tests call sweepOnce). */
   readonly sweepIntervalMs?: number
   readonly onError?: (user: string, message: string, cause: unknown) => void
+  /** Told when the wall clock read earlier than before by a second or more (see clockSteps.ts). */
+  readonly onClockStepBack?: (latestMs: number, readMs: number) => void
   readonly onPersisted?: (events: ReadonlyArray<StoreEvent>) => void
   /** The deployment's partition count; needed by dropPartitions. Default partitionsDefault. */
   readonly partitions?: number
@@ -143,7 +146,10 @@ export const makeCoordinator = (
     const settings: ActorSettings = {
       config: options.config,
       store,
-      now: () => clock.currentTimeMillisUnsafe(),
+      now:
+        options.onClockStepBack === undefined
+          ? () => clock.currentTimeMillisUnsafe()
+          : reportingClockSteps(() => clock.currentTimeMillisUnsafe(), options.onClockStepBack),
       random: () => random.nextDoubleUnsafe(),
       decisionsPerWriteMax: options.decisionsPerWriteMax ?? actorDecisionsPerWriteMax,
       scheduleDeadline,

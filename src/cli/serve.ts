@@ -117,6 +117,11 @@ export const coordinatorLayerFor = (
           servable: (user: string) => ownership.servable(partitionOf(user, partitions))
         }),
     onError: (user, message, cause) => logger.error({ user, err: cause }, message),
+    onClockStepBack: (latestMs, readMs) =>
+      logger.warn(
+        { latest: new Date(latestMs).toISOString(), read: new Date(readMs).toISOString() },
+        "the wall clock stepped back: decisions keep the latest period of each meter (a period never goes back)"
+      ),
     onPersisted: logPersisted(logger)
   })
 

@@ -200,7 +200,21 @@ export const meterLimit = (config: Config, state: UserState, meter: string): num
 export const slotLimit = (config: Config, state: UserState): number | null =>
   config.fairness.enabled ? (planNamed(config, planOf(config, state))?.slots ?? 0) : null
 
-/** The meter's state at `now`, with `used` reset to 0 if its period has rolled over since. */
+/**
+ * Whether usage counted in `current` belongs to an earlier period than `at` (so counts as 0 at `at`).
+ * A period never goes back: when the clock reads an instant before the period already recorded (an
+ * NTP step, or a process whose clock lags the one that wrote the row), the recorded period stays the
+ * current one, so neither the reset nor a second grant of the limit can happen, and the earlier
+ * period's row is never written again. A meter whose period is `none` (null) never rolls over; a
+ * meter that had no period yet (null, from a pending hold loaded before any usage) takes `at`'s.
+ */
+const periodRolledOver = (current: number | null, at: number | null): boolean =>
+  at !== null && (current === null || at > current)
+
+/**
+ * The meter's state at `now`, with `used` reset to 0 if its period has rolled over since (and only
+ * forward: see periodRolledOver).
+ */
 export const meterAt = (config: Config, state: UserState, meter: string, now: number): MeterState => {
   const period: Period = meterPeriod(config, meter) ?? "none"
   const periodStart = periodStartAt(period, now)
@@ -214,7 +228,11 @@ export const meterAt = (config: Config, state: UserState, meter: string, now: nu
       pendingHolds: 0
     }
     writable(state, "meters").set(meter, meterState)
-  } else if (meterState.periodStart !== periodStart) {
+  } else if (
+    periodStart === null
+      ? meterState.periodStart !== null
+      : periodRolledOver(meterState.periodStart, periodStart)
+  ) {
     meterState.periodStart = periodStart
     meterState.used = 0
     meterState.thresholdsCrossed = noThresholdsCrossed
@@ -252,16 +270,17 @@ export const usageView = (config: Config, state: UserState, now: number): UsageR
   plan: planOf(config, state),
   meters: config.meters.map(({ name, period }): MeterUsage => {
     const view = meterView(config, state, name, now)
+    const meterState = meterAt(config, state, name, now)
     return {
       meter: name,
       period,
-      periodStart: periodStartAt(period, now),
+      periodStart: meterState.periodStart,
       limit: view.limit,
       used: view.used,
       reserved: view.reserved,
       available: view.available,
       overage: view.overage,
-      pendingHolds: meterAt(config, state, name, now).pendingHolds
+      pendingHolds: meterState.pendingHolds
     }
   }),
   slots: {
