@@ -106,6 +106,14 @@ export const storeConnectTimeoutMs = 5_000
  */
 export const storeQueryTimeoutMs = 10_000
 
+/**
+ * A group whose COMMIT's answer never came (the query timeout, a lost connection) may still commit on
+ * the server. Before any user is loaded again, the store ends that transaction's backend and waits for
+ * it to be gone, so the load sees its final outcome. Past this wait (the backend still there, or the
+ * server unreachable) loads fail with `StoreUnavailable` and the next load tries again.
+ */
+export const storeOutcomeSettleWaitMs = 2_000
+
 /** Partitions when QUOTA_PARTITIONS is unset (PROTOCOL.md). */
 export const partitionsDefault = 64
 

@@ -17,7 +17,8 @@ import {
   storeQueryTimeoutMs
 } from "../../domain/limits.js"
 import type { Fence } from "../Fence.js"
-import { PartitionsFenced } from "../Fence.js"
+import { PartitionsFenced, WriteOutcomeUnknown } from "../Fence.js"
+import { makeOutcomeDoubts } from "./outcomeDoubts.js"
 import type { MetricsRecorder } from "../../ops/MetricsRecorder.js"
 import type { OutboxCounts } from "../../events/OutboxCounts.js"
 import { Outbox } from "../../events/Outbox.js"
@@ -71,6 +72,12 @@ export interface PostgresStoreOptions {
   readonly outboxCounts?: OutboxCounts
   /** false: events are not recorded (QUOTA_EVENTS_ENABLED=false). Default true. */
   readonly recordEvents?: boolean
+  /**
+   * Make a commit of unknown outcome final before loading again (see OutcomeDoubts.ts). Default: as
+   * `pipelined` (a real server). The embedded PGlite runs one session at a time, so a load there
+   * cannot start before the transaction it follows has ended.
+   */
+  readonly settleUnknownOutcomes?: boolean
 }
 
 /** Events a write records, per partition (empty for nearly every write). */
@@ -190,12 +197,15 @@ export const makePostgresStore = (
     }
 
     const metrics = options.metrics ?? noMetrics
+    const doubts = makeOutcomeDoubts(pool, options.settleUnknownOutcomes ?? options.pipelined ?? false)
     const commitGroup = (events: ReadonlyArray<StoreEvent>) =>
       Effect.tryPromise({
         try: () =>
           writeGroup(pool, statements, events, partitions, options.fence, options.pipelined ?? false),
         catch: (cause) => {
           if (cause instanceof PartitionsFenced) metrics.writeFenced()
+          // Recorded before any waiter hears of the failure: the reloads it causes wait for the outcome.
+          if (cause instanceof WriteOutcomeUnknown) doubts.add(cause.backend)
           return storeUnavailable(`commit ${events.length} events`)(cause)
         }
       })
@@ -256,7 +266,8 @@ export const makePostgresStore = (
     const store: PostgresStore = {
       load: (user, now) =>
         Effect.tryPromise({
-          try: () => loads.load(user, now),
+          try: () =>
+            doubts.pending() ? doubts.settle().then(() => loads.load(user, now)) : loads.load(user, now),
           catch: storeUnavailable(`load user ${JSON.stringify(user)}`)
         }),
       write,
@@ -347,6 +358,8 @@ export interface PostgresStoreLayerOptions {
    * Postgres ends its session; this bounds that, so a claim is not held back much past the lease.
    */
   readonly idleInTransactionMs?: number
+  /** Client-side wait for a statement's answer (default storeQueryTimeoutMs); tests shorten it. */
+  readonly queryTimeoutMs?: number
   readonly metrics?: MetricsRecorder
   readonly outboxCounts?: OutboxCounts
   readonly recordEvents?: boolean
@@ -414,7 +427,8 @@ export const postgresStoreLayer = (
         poolConfig(options.connectionString, options.poolMax, pipelined, {
           ...(options.idleInTransactionMs === undefined
             ? {}
-            : { idleInTransactionMs: options.idleInTransactionMs })
+            : { idleInTransactionMs: options.idleInTransactionMs }),
+          ...(options.queryTimeoutMs === undefined ? {} : { queryTimeoutMs: options.queryTimeoutMs })
         })
       )
       yield* migrate(pool, schema)
