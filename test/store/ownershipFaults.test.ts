@@ -91,20 +91,20 @@ describe("ownership when the member lock is lost", () => {
     const state = makeOwnershipState("claim-in-flight-owner")
     const events: Array<string> = []
     const real = makeOwnershipQueries(pool, database.schema)
-    let options: OwnershipOptions | undefined
+    const holder: { options?: OwnershipOptions } = {}
     const queries: OwnershipQueries = {
       ...real,
       claim: (owner, wanted, ms, dead) =>
         Effect.tap(real.claim(owner, wanted, ms, dead), () =>
           // The lock's connection ends while the claim's answer is on its way back.
           Effect.andThen(
-            Effect.sync(() => memberLockLost(options!, "lost during the claim")),
+            Effect.sync(() => memberLockLost(holder.options!, "lost during the claim")),
             Effect.void
           )
         )
     }
-    options = ownershipOf(state, events, queries)
-    await Effect.runPromise(ownershipRound(options))
+    holder.options = ownershipOf(state, events, queries)
+    await Effect.runPromise(ownershipRound(holder.options))
     expect(events).toEqual([])
     expect(state.epochs.size).toBe(0)
     expect((await leaseRows()).every((row) => !row.live)).toBe(true)
