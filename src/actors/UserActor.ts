@@ -22,9 +22,9 @@ import { assertUserState } from "../domain/invariants.js"
 import type { Result } from "../domain/results.js"
 import { unavailable } from "../domain/results.js"
 import type { UserState } from "../domain/state.js"
-import { nextDeadline, planOf, userStateFromStored } from "../domain/state.js"
+import { idsToRecall, nextDeadline, planOf, rememberRecalled, userStateFromStored } from "../domain/state.js"
 import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
-import { failedWriteRetryDelayMs } from "../domain/limits.js"
+import { failedWriteRetryDelayMs, recallIdsMax } from "../domain/limits.js"
 import type { StoreShape } from "../store/Store.js"
 import type { RecencyLinks } from "./RecencyList.js"
 
@@ -280,6 +280,43 @@ const decideOrReport = (
   }
 }
 
+/**
+ * Brings into memory the closed holds and `adjust` ids the group's commands name that memory may have
+ * forgotten (none unless the state says it forgot some). False (reported) when the store failed.
+ */
+const recallForgottenIds = (
+  actor: UserActor,
+  state: UserState,
+  envelopes: ReadonlyArray<Envelope>,
+  settings: ActorSettings
+): Effect.Effect<boolean> => {
+  const wanted = idsToRecall(
+    state,
+    envelopes.map((envelope) => envelope.command)
+  )
+  if (wanted.holds.length === 0 && wanted.adjustments.length === 0) return Effect.succeed(true)
+  return Effect.gen(function* () {
+    for (let from = 0; from < wanted.holds.length || from < wanted.adjustments.length; from += recallIdsMax) {
+      const recalled = yield* Effect.exit(
+        settings.store.recall(
+          actor.user,
+          {
+            holds: wanted.holds.slice(from, from + recallIdsMax),
+            adjustments: wanted.adjustments.slice(from, from + recallIdsMax)
+          },
+          settings.now()
+        )
+      )
+      if (Exit.isFailure(recalled)) {
+        settings.onError(actor.user, "recall failed", Cause.squash(recalled.cause))
+        return false
+      }
+      rememberRecalled(state, recalled.value)
+    }
+    return true
+  })
+}
+
 const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<void> =>
   Effect.gen(function* () {
     let state = actor.state
@@ -307,6 +344,12 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
       // stale, so nothing is decided from it: this group, the queue and the parked waiters (whose
       // place in the queue was memory only) are answered `unavailable`, and the next command reloads.
       if (!settings.servable(actor.user)) return closeActor(actor, settings, envelopes)
+      // Ids memory no longer holds (a capped load, the cap) are asked of the store first: the retry
+      // window holds through the store, not only through what this actor happens to remember.
+      if (!(yield* recallForgottenIds(actor, state, envelopes, settings))) {
+        answerAll(envelopes, unavailable, settings, actor.user)
+        continue
+      }
       const decidedAt = settings.now()
       const ctx: DecideContext = { config: settings.config, now: decidedAt, random: settings.random }
       const decided = newGroup()

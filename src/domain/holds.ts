@@ -110,7 +110,10 @@ const closeHold = (
   hold.closedAt = ctx.now
   forgetPending(state, hold)
   rememberClosed(state, hold)
-  while (state.closed.size > closedHoldsPerUserMax) forgetOldestClosed(state)
+  while (state.closed.size > closedHoldsPerUserMax) {
+    forgetOldestClosed(state)
+    state.idsForgotten = true
+  }
 }
 
 const pushHold = (state: UserState, output: Output, hold: Hold): void => {
@@ -292,6 +295,7 @@ export const adjust = (
     const oldest = adjustments.keys().next().value
     if (oldest === undefined) break
     adjustments.delete(oldest)
+    state.idsForgotten = true
   }
   recordUsage(ctx, state, output, {
     meter: command.meter,

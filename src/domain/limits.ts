@@ -45,11 +45,24 @@ export const idRetentionMs = 7 * 86_400_000
 export const pendingHoldsPerUserMax = 10_000
 
 /**
- * Closed holds and `adjust` ids remembered per user, each. Past it the oldest is forgotten before its
- * retention ends (a retry of it would then be decided as new); the cap bounds an actor's memory.
+ * Closed holds and `adjust` ids an actor keeps in memory per user, each. Past it the oldest is
+ * forgotten from memory before its retention ends; the store still remembers it for the whole window
+ * (PROTOCOL.md: at least 7 days), and a command naming an id memory no longer holds is decided only
+ * after the store was asked for it (`recall`). The cap bounds an actor's memory, not the contract.
  */
 export const closedHoldsPerUserMax = 100_000
 export const adjustIdsPerUserMax = 100_000
+
+/**
+ * Closed holds and `adjust` ids a load reads per user, each, newest first. A user with more within the
+ * retention window is loaded with the newest only (its older ids recalled on demand): the load of a
+ * user who made millions of ids in a week stays bounded in rows and time, and so does every other
+ * user's load that shares its statement.
+ */
+export const loadRememberedIdsPerUserMax = 10_000
+
+/** Ids one recall asks the store for (a group's commands naming ids memory does not hold). */
+export const recallIdsMax = 1_000
 
 /** Distinct consume keys per hold. A new key past it answers `overloaded`. */
 export const consumeKeysPerHoldMax = 10_000

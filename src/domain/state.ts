@@ -5,7 +5,7 @@
  */
 import type { Config, Period } from "./config.js"
 import { meterPeriod, planLimit, planNamed } from "./config.js"
-import type { HoldRecord, StoredUser } from "./events.js"
+import type { HoldRecord, RecalledIds, StoredUser } from "./events.js"
 import { periodStartAt } from "./period.js"
 import type { MeterUsage, MeterView, UsageResult } from "./results.js"
 
@@ -77,6 +77,12 @@ export interface UserState {
   closedNewest: Hold | null
   /** `adjust` ids in the order they were applied. */
   adjustments: ReadonlyMap<string, Adjustment>
+  /**
+   * Memory holds only some of the closed holds and `adjust` ids the store remembers (a cap forgot the
+   * oldest, or the load read the newest only): before an id memory does not hold is decided, the
+   * actor asks the store for it (recall). Cleared only by a load that read everything.
+   */
+  idsForgotten: boolean
   /** job -> leaseExpiresAt */
   slots: ReadonlyMap<string, number>
   /** FIFO queue of `acquire_slot` callers waiting for a slot. Memory only: a crash ends their wait. */
@@ -179,6 +185,7 @@ export const emptyUserState = (user: string): UserState => ({
   closedOldest: null,
   closedNewest: null,
   adjustments: noEntries,
+  idsForgotten: false,
   slots: noEntries,
   waiters: noWaiters
 })
@@ -349,5 +356,46 @@ export const userStateFromStored = (user: string, stored: StoredUser): UserState
     writable(state, "adjustments").set(id, { meter, amount, at })
   }
   for (const { job, leaseExpiresAt } of stored.slots) writable(state, "slots").set(job, leaseExpiresAt)
+  state.idsForgotten = stored.idsTruncated === true
   return state
+}
+
+/**
+ * The ids `commands` name that memory does not hold while it may have forgotten some: what the store
+ * must be asked for before they are decided (none when memory holds every remembered id).
+ */
+export const idsToRecall = (
+  state: UserState,
+  commands: Iterable<{ readonly op: string; readonly id?: string }>
+): { holds: Array<string>; adjustments: Array<string> } => {
+  const wanted = { holds: [] as Array<string>, adjustments: [] as Array<string> }
+  if (!state.idsForgotten) return wanted
+  for (const command of commands) {
+    const id = command.id
+    if (id === undefined) continue
+    if (command.op === "adjust") {
+      if (!state.adjustments.has(id) && !wanted.adjustments.includes(id)) wanted.adjustments.push(id)
+    } else if (!state.pending.has(id) && !state.closed.has(id) && !wanted.holds.includes(id)) {
+      wanted.holds.push(id)
+    }
+  }
+  return wanted
+}
+
+/**
+ * Adds what the store recalled to memory: closed holds as the newest remembered (the cap then forgets
+ * others first), `adjust` ids after the rest. Ids memory holds already are left as they are.
+ */
+export const rememberRecalled = (state: UserState, recalled: RecalledIds): void => {
+  for (const record of recalled.holds) {
+    if (record.state === "pending" || state.pending.has(record.id) || state.closed.has(record.id)) continue
+    rememberClosed(state, {
+      ...record,
+      consumeKeys: record.consumeKeys.length === 0 ? null : new Set(record.consumeKeys),
+      closedNext: null
+    })
+  }
+  for (const { id, meter, amount, at } of recalled.adjustments) {
+    if (!state.adjustments.has(id)) writable(state, "adjustments").set(id, { meter, amount, at })
+  }
 }

@@ -9,6 +9,7 @@ import pg from "pg"
 import type { StoreEvent, StoredUser } from "../../domain/events.js"
 import {
   idRetentionMs,
+  loadRememberedIdsPerUserMax,
   storeConnectTimeoutMs,
   storeEventsPerCommitMax,
   storeLoadsInFlightMax,
@@ -31,8 +32,8 @@ import type { StoreShape } from "../Store.js"
 import { Store, StoreUnavailable } from "../Store.js"
 import type { InvalidSchemaName, SchemaTooNew, MigrationFilesInvalid, SettingsMismatch } from "./errors.js"
 import { checkSchemaName, storeUnavailable } from "./errors.js"
-import type { LoadUserRow } from "./loadUser.js"
-import { loadUsersSql, storedUserFromRow } from "./loadUser.js"
+import type { LoadUserRow, RecallRow } from "./loadUser.js"
+import { loadUsersSql, recallSql, recalledFromRow, storedUserFromRow } from "./loadUser.js"
 import { fromStoredText, toStoredText } from "./storedText.js"
 import { makeLoadBatch } from "../LoadBatch.js"
 import { migrate } from "./migrate.js"
@@ -80,6 +81,15 @@ export interface PostgresStoreOptions {
   readonly settleUnknownOutcomes?: boolean
 }
 
+/**
+ * Whether a group's failure is one submission's doing and says nothing of the others': a row that
+ * violates a constraint (integrity class 23: a ledger key applied twice), or a partition fenced. The
+ * group commit then writes its submissions one by one (GroupCommit's `isolate`).
+ */
+const failedBecauseOfOneSubmission = (error: StoreUnavailable): boolean =>
+  error.cause instanceof PartitionsFenced ||
+  (error.cause instanceof pg.DatabaseError && (error.cause.code ?? "").startsWith("23"))
+
 /** Events a write records, per partition (empty for nearly every write). */
 const eventsByPartition = (events: ReadonlyArray<StoreEvent>, partitions: number): Map<number, number> => {
   const counted = new Map<number, number>()
@@ -122,6 +132,7 @@ export interface PostgresStore extends StoreShape {
 
 const queryStatements = (schema: string) => ({
   loadUsers: loadUsersSql(schema),
+  recall: recallSql(schema),
   usersWithExpiries: `
     select user_id from (
       select user_id from "${schema}".holds where state = 'pending' and expires_at <= $1
@@ -223,6 +234,7 @@ export const makePostgresStore = (
                 )
               }),
       itemsPerCommitMax: options.eventsPerCommitMax ?? storeEventsPerCommitMax,
+      isolate: failedBecauseOfOneSubmission,
       writersMax: options.writersMax ?? storeWritersMax,
       closed: () => new StoreUnavailable({ reason: "the store is shutting down" })
     })
@@ -233,9 +245,14 @@ export const makePostgresStore = (
         const result = await pool.query<LoadUserRow & { user_id: string }>({
           ...(options.pipelined === true ? { name: loadStatementName } : {}),
           text: queries.loadUsers,
-          values: [users.map(toStoredText), now - idRetentionMs]
+          values: [users.map(toStoredText), now - idRetentionMs, loadRememberedIdsPerUserMax + 1]
         })
-        return new Map(result.rows.map((row) => [fromStoredText(row.user_id), storedUserFromRow(row)]))
+        return new Map(
+          result.rows.map((row) => [
+            fromStoredText(row.user_id),
+            storedUserFromRow(row, loadRememberedIdsPerUserMax)
+          ])
+        )
       },
       keysPerQueryMax: storeUsersPerLoadMax,
       queriesInFlightMax: storeLoadsInFlightMax
@@ -271,6 +288,19 @@ export const makePostgresStore = (
           catch: storeUnavailable(`load user ${JSON.stringify(user)}`)
         }),
       write,
+      recall: (user, ids, now) =>
+        Effect.tryPromise({
+          try: async () => {
+            const result = await pool.query<RecallRow>(queries.recall, [
+              toStoredText(user),
+              ids.holds.map(toStoredText),
+              ids.adjustments.map(toStoredText),
+              now - idRetentionMs
+            ])
+            return recalledFromRow(result.rows[0]!)
+          },
+          catch: storeUnavailable(`recall ids of user ${JSON.stringify(user)}`)
+        }),
       usersWithExpiries: (now, limit, inPartitions) =>
         Effect.tryPromise({
           try: async () => {
