@@ -211,8 +211,19 @@ export const eventsOutboxPerPartitionMaxDefault = 100_000
 /** Outbox rows one publisher reads (and deletes once published) at a time. */
 export const eventsPublishBatchMax = 256
 
-/** How often a partition's publisher looks at its outbox when nothing woke it (after a hand-off, a crash). */
+/**
+ * How often a partition's publisher looks at its outbox again while it knows of rows not yet published
+ * (a batch that left more, a count that says rows wait). An idle partition (its outbox empty as far as
+ * this process knows) does not poll: it is woken by the commits that record its events.
+ */
 export const eventsPollIntervalMs = 1_000
+
+/**
+ * How often the publisher counts the outboxes of all its partitions in one statement, to find rows
+ * nobody woke it for (a commit whose outcome was unknown, then committed). Idle, that is the only read
+ * the events make: once per this interval whatever the number of partitions.
+ */
+export const eventsIdleRecheckIntervalMs = 30_000
 
 /** Backoff of a publisher whose publish failed (JetStream away): from the minimum, doubling, to the maximum. */
 export const eventsRetryDelayMsMin = 250

@@ -4,8 +4,10 @@
  * stream's acknowledgement before the next, then removing what was published. A user's events are in
  * recording order within its partition, so they are published in the order of the decisions.
  *
- * It is woken when a commit recorded events of its partition, and looks on its own every
- * `eventsPollIntervalMs` (what a previous owner left after a crash or a hand-off). While JetStream does
+ * It is woken when a commit recorded events of its partition. It reads its outbox when it starts (what a
+ * previous owner left after a crash or a hand-off), and again every `eventsPollIntervalMs` only while
+ * rows are known to wait; an idle partition reads nothing. One count of every partition's outbox every
+ * `eventsIdleRecheckIntervalMs` finds rows nobody woke it for. While JetStream does
  * not take events it retries with a backoff and the outbox grows (`quota_events_pending`); the process
  * warns once per `eventsWarningIntervalMs`, not per event. Before each publish it checks that this
  * process may still serve the partition: a stale owner publishes nothing more of a partition it lost
@@ -23,6 +25,7 @@
 import { Deferred, Duration, Effect, Exit, FiberMap } from "effect"
 import type { Scope } from "effect"
 import {
+  eventsIdleRecheckIntervalMs,
   eventsPollIntervalMs,
   eventsPublishBatchMax,
   eventsRetryDelayMsMax,
@@ -45,6 +48,7 @@ export interface EventPublisherOptions {
   readonly metrics: MetricsRecorder
   readonly warn: (message: string, fields: Record<string, unknown>) => void
   readonly pollIntervalMs?: number
+  readonly idleRecheckIntervalMs?: number
   readonly batchMax?: number
 }
 
@@ -78,6 +82,7 @@ export const makeEventPublisher = (
   Effect.gen(function* () {
     const { outbox, sink, counts, prefix, metrics } = options
     const pollIntervalMs = options.pollIntervalMs ?? eventsPollIntervalMs
+    const idleRecheckIntervalMs = options.idleRecheckIntervalMs ?? eventsIdleRecheckIntervalMs
     const batchMax = options.batchMax ?? eventsPublishBatchMax
     const fibers = yield* FiberMap.make<number>()
     const wakers = new Map<number, Deferred.Deferred<void>>()
@@ -186,9 +191,28 @@ export const makeEventPublisher = (
             continue
           }
           retryDelayMs = eventsRetryDelayMsMin
-          yield* Effect.raceFirst(Effect.sleep(Duration.millis(pollIntervalMs)), Deferred.await(woken))
+          // Idle: nothing known to wait, so nothing to read until a commit (or the recheck) wakes it.
+          yield* counts.of(partition) === 0
+            ? Deferred.await(woken)
+            : Effect.raceFirst(Effect.sleep(Duration.millis(pollIntervalMs)), Deferred.await(woken))
         }
       })
+
+    /** Counts every running partition's outbox in one statement and wakes those with rows. */
+    const recheckIdle = Effect.gen(function* () {
+      const running = [...wakers.keys()]
+      if (running.length === 0) return
+      const counted = yield* Effect.exit(outbox.count(running))
+      if (Exit.isFailure(counted)) return
+      for (const [partition, count] of counted.value) {
+        if (count === 0 || counts.of(partition) > 0 || !wakers.has(partition)) continue
+        counts.set(partition, count)
+        wake([partition])
+      }
+    })
+    yield* Effect.forkScoped(
+      Effect.forever(Effect.andThen(Effect.sleep(Duration.millis(idleRecheckIntervalMs)), recheckIdle))
+    )
 
     const start = (partitions: ReadonlyArray<number>) =>
       Effect.forEach(
