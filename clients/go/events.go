@@ -230,7 +230,8 @@ func (c *Client) Events(ctx context.Context, options EventsOptions) (*EventStrea
 			}
 		}
 	}
-	sub, err := js.PullSubscribe(filter, name, nats.Bind(stream, name))
+	// Bound by name only: nats.go would otherwise ask an ephemeral consumer to be durable.
+	sub, err := js.PullSubscribe(filter, "", nats.Bind(stream, name))
 	if err != nil {
 		return nil, fmt.Errorf("quota: subscribing to consumer %s of %s: %w", name, stream, err)
 	}
