@@ -31,9 +31,9 @@ type proxy struct {
 type proxyAction int
 
 const (
-	relay                     proxyAction = iota // forward, answer what the coordinator answered
-	forwardAnswerUnavailable                     // forward (it takes effect), answer unavailable to every command
-	drop                                         // neither forward nor answer: the client's request times out
+	relay                    proxyAction = iota // forward, answer what the coordinator answered
+	forwardAnswerUnavailable                    // forward (it takes effect), answer unavailable to every command
+	drop                                        // neither forward nor answer: the client's request times out
 )
 
 func startProxy(t *testing.T, prefix string, act func(n int) proxyAction) *proxy {
