@@ -78,14 +78,16 @@ func (c *Client) submit(subject string, p *pendingCommand, alone bool) error {
 	if err != nil {
 		return err
 	}
-	if alone {
-		c.startSend(subject, []*pendingCommand{p}, nil)
-		return nil
-	}
+	// Under the lane's lock, so that Close (which takes it after setting isClosed) sees every message
+	// started before it waits for them.
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if c.isClosed.Load() {
 		return ErrClosed
+	}
+	if alone {
+		c.startSend(subject, []*pendingCommand{p}, nil)
+		return nil
 	}
 	size := len(p.body) + 1
 	if len(l.queued) > 0 && l.queuedBytes+size+batchOverheadBytes > c.messageBytesMax {

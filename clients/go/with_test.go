@@ -186,3 +186,20 @@ func TestWithSlotCancelsTheWorkWhenTheLeaseIsLost(t *testing.T) {
 		t.Fatalf("want a SlotLeaseLostError wrapping the cancelled work, got %v", err)
 	}
 }
+
+// A system job (empty user) counts against nothing and holds no lease: WithSlot runs it, renewals
+// included, without taking the lease for lost.
+func TestWithSlotRunsASystemJob(t *testing.T) {
+	ctx := testContext(t, 30*time.Second)
+	err := WithSlot(ctx, testClient, SlotJob{User: "", Job: unique("nightly"), Lease: time.Second, RenewEvery: 100 * time.Millisecond}, func(ctx context.Context) error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+			return nil
+		}
+	})
+	if err != nil {
+		t.Fatalf("a system job: %v", err)
+	}
+}

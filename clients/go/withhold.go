@@ -42,7 +42,15 @@ func WithHold(ctx context.Context, c *Client, reserve Reserve, work HoldWork) (c
 		release()
 		return HoldResult{}, err
 	}
-	commit, err = c.Commit(ctx, Commit{User: reserve.User, ID: reserve.ID, Amount: Int64(actual)})
+	commitCtx := ctx
+	if ctx.Err() != nil {
+		// The work is done and used what it used: charge it even when the caller's context ended meanwhile
+		// (a job's timeout), rather than leave the hold to expire uncharged.
+		var cancel context.CancelFunc
+		commitCtx, cancel = context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+	}
+	commit, err = c.Commit(commitCtx, Commit{User: reserve.User, ID: reserve.ID, Amount: Int64(actual)})
 	if err != nil {
 		return HoldResult{}, err
 	}

@@ -53,7 +53,11 @@ func WithSlot(ctx context.Context, c *Client, job SlotJob, work func(ctx context
 	}
 	workCtx, cancelWork := context.WithCancel(ctx)
 	defer cancelWork()
-	renewal := startRenewal(c, RenewSlot{User: job.User, Job: job.Job, Lease: job.Lease}, every, cancelWork)
+	renewal := noRenewal()
+	// A system job (empty user) holds no slot: there is no lease to renew (renew_slot answers not_found).
+	if job.User != "" {
+		renewal = startRenewal(c, RenewSlot{User: job.User, Job: job.Job, Lease: job.Lease}, every, cancelWork)
+	}
 
 	release := func() error {
 		renewal.stop()
@@ -125,6 +129,12 @@ func startRenewal(c *Client, renew RenewSlot, every time.Duration, onLost contex
 			}
 		}
 	}()
+	return r
+}
+
+func noRenewal() *leaseRenewal {
+	r := &leaseRenewal{stopping: make(chan struct{}), done: make(chan struct{})}
+	close(r.done)
 	return r
 }
 
