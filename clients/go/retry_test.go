@@ -38,16 +38,21 @@ const (
 
 func startProxy(t *testing.T, prefix string, act func(n int) proxyAction) *proxy {
 	p := &proxy{t: t, prefix: prefix, act: act}
-	sub, err := testNC.Subscribe(prefix+".v1.*.*", p.handle)
-	if err != nil {
+	if err := p.listen(); err != nil {
 		t.Fatal(err)
+	}
+	return p
+}
+
+// listen subscribes the proxy (on any goroutine); the test's cleanup unsubscribes it.
+func (p *proxy) listen() error {
+	sub, err := testNC.Subscribe(p.prefix+".v1.*.*", p.handle)
+	if err != nil {
+		return err
 	}
 	p.sub = sub
-	if err := testNC.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	return p
+	p.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return testNC.Flush()
 }
 
 func (p *proxy) handle(msg *nats.Msg) {
@@ -166,9 +171,12 @@ func TestRetryNoRespondersUntilACoordinatorAnswers(t *testing.T) {
 	ctx := testContext(t, 20*time.Second)
 	prefix := "tgoproxy" + randomHex(4)
 	c := clientWithPrefix(t, prefix, nil)
+	late := &proxy{t: t, prefix: prefix, act: func(int) proxyAction { return relay }}
 	go func() {
 		time.Sleep(300 * time.Millisecond)
-		startProxy(t, prefix, func(int) proxyAction { return relay })
+		if err := late.listen(); err != nil {
+			t.Error(err)
+		}
 	}()
 	r, err := c.Reserve(ctx, Reserve{User: unique("noresponders"), Meter: "analysis", Amount: 1, ID: "job"})
 	if err != nil {

@@ -53,7 +53,7 @@ func TestWithSlotSnoozesAFreeUsersSecondJobAndGrantsItAfterTheFirst(t *testing.T
 	}
 }
 
-// The lease is renewed while the job runs: with a 1s lease, a 2.5s job keeps its slot throughout.
+// The lease is renewed while the job runs: with a 2s lease, a 3.5s job keeps its slot throughout.
 func TestWithSlotRenewsTheLeaseWhileTheJobRuns(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
 	h := newOps(t, ctx, testClient)
@@ -66,9 +66,9 @@ func TestWithSlotRenewsTheLeaseWhileTheJobRuns(t *testing.T) {
 
 	user := unique("lease")
 	var during []Status
-	err := WithSlot(ctx, testClient, SlotJob{User: user, Job: "long", Lease: time.Second}, func(ctx context.Context) error {
+	err := WithSlot(ctx, testClient, SlotJob{User: user, Job: "long", Lease: 2 * time.Second}, func(ctx context.Context) error {
 		for i := 0; i < 5; i++ {
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(700 * time.Millisecond)
 			during = append(during, h.acquireSlot(AcquireSlot{User: user, Job: "other"}).Status)
 		}
 		return ctx.Err()
@@ -78,7 +78,7 @@ func TestWithSlotRenewsTheLeaseWhileTheJobRuns(t *testing.T) {
 	}
 	for i, status := range during {
 		if status != StatusBusy {
-			t.Fatalf("at %dms another job's acquire was %q: the slot's lease was not renewed", (i+1)*500, status)
+			t.Fatalf("at %dms another job's acquire was %q: the slot's 2s lease was not renewed", (i+1)*700, status)
 		}
 	}
 	wantStatus(t, "after the job", h.acquireSlot(AcquireSlot{User: user, Job: "other"}).Status, StatusAcquired)
