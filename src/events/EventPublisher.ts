@@ -11,6 +11,14 @@
  * process may still serve the partition: a stale owner publishes nothing more of a partition it lost
  * (what it published meanwhile, the new owner publishes again under the same ids, and the stream's
  * duplicate window keeps one copy).
+ *
+ * Exactly once does not rest on the duplicate window alone: rows are removed only after a batch was
+ * published, so an outage of Postgres between the two that outlasts the window (2 minutes by default)
+ * would publish them again as new messages. Each partition's publisher therefore knows the last
+ * recording order the stream holds for it: read from the stream when it starts (the last message on
+ * the partition's subjects: a partition's events are published in recording order, each acknowledged
+ * before the next), then advanced with every acknowledgement. Rows at or below it are removed without
+ * being published again.
  */
 import { Deferred, Duration, Effect, Exit, FiberMap } from "effect"
 import type { Scope } from "effect"
@@ -22,7 +30,7 @@ import {
   eventsWarningIntervalMs
 } from "../domain/limits.js"
 import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
-import type { EventSinkShape } from "./JetStreamSink.js"
+import type { EventSinkShape, EventsUnavailable } from "./JetStreamSink.js"
 import type { OutboxRow, OutboxShape } from "./Outbox.js"
 import { eventIdOf } from "./Outbox.js"
 import type { OutboxCounts } from "./OutboxCounts.js"
@@ -82,8 +90,23 @@ export const makeEventPublisher = (
       options.warn(message, { ...fields, pendingEvents: counts.total() })
     }
 
-    /** Publishes the partition's oldest rows, in order, stopping at the first failure. */
-    const publishSome = (partition: number): Effect.Effect<Outcome> =>
+    /**
+     * The last recording order of this database that the stream holds for the partition (0: none): what
+     * an earlier publisher of the partition, in this process or another, got acknowledged.
+     */
+    const streamPublishedUpTo = (partition: number): Effect.Effect<number, EventsUnavailable> =>
+      Effect.map(sink.lastEventId(`${prefix}.v1.events.*.${partition}`), (eventId) => {
+        const tagged = `${outbox.databaseTag}-`
+        if (eventId === null || !eventId.startsWith(tagged)) return 0
+        const seq = Number(eventId.slice(tagged.length))
+        return Number.isSafeInteger(seq) ? seq : 0
+      })
+
+    /**
+     * Publishes the partition's oldest rows, in order, stopping at the first failure. `progress` holds
+     * the last recording order the stream has for it: rows at or below are removed unpublished.
+     */
+    const publishSome = (partition: number, progress: { publishedUpTo: number }): Effect.Effect<Outcome> =>
       Effect.gen(function* () {
         const rows = yield* outbox.read(partition, batchMax)
         // Nothing waits: what was counted in meanwhile (a commit counted after its rows were already
@@ -92,6 +115,11 @@ export const makeEventPublisher = (
         const published: Array<number> = []
         let outcome: Outcome = rows.length === batchMax ? "more" : "drained"
         for (const row of rows) {
+          if (row.seq <= progress.publishedUpTo) {
+            // Already in the stream: its removal failed after the publish (an outage of Postgres).
+            published.push(row.seq)
+            continue
+          }
           if (!options.servable(partition)) {
             outcome = "lost"
             break
@@ -112,6 +140,7 @@ export const makeEventPublisher = (
             break
           }
           published.push(row.seq)
+          progress.publishedUpTo = row.seq
           metrics.eventPublished(row.kind, sent.value)
         }
         yield* outbox.remove(published)
@@ -126,16 +155,30 @@ export const makeEventPublisher = (
         )
       )
 
-    /** Until interrupted: count the outbox, then publish whenever woken or every poll interval. */
+    /**
+     * Until interrupted: count the outbox, learn what the stream already holds of the partition, then
+     * publish whenever woken or every poll interval.
+     */
     const runPartition = (partition: number): Effect.Effect<never> =>
       Effect.gen(function* () {
         let retryDelayMs = eventsRetryDelayMsMin
         const counted = yield* Effect.exit(outbox.count([partition]))
         if (Exit.isSuccess(counted)) counts.set(partition, counted.value.get(partition) ?? 0)
+        let progress: { publishedUpTo: number } | undefined
         for (;;) {
           const woken = Deferred.makeUnsafe<void>()
           wakers.set(partition, woken)
-          const outcome = yield* publishSome(partition)
+          if (progress === undefined) {
+            // Nothing is published before this is known: it could only be published twice.
+            const known = yield* Effect.exit(streamPublishedUpTo(partition))
+            if (Exit.isSuccess(known)) progress = { publishedUpTo: known.value }
+            else
+              warnAtMostOncePerInterval("events are not being published; they wait in the outbox", {
+                partition,
+                error: String(known.cause)
+              })
+          }
+          const outcome = progress === undefined ? "failed" : yield* publishSome(partition, progress)
           if (outcome === "more") continue
           if (outcome === "failed") {
             yield* Effect.sleep(Duration.millis(retryDelayMs))
