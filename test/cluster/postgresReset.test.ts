@@ -35,7 +35,7 @@ import type { TestDatabase } from "../support/processes.js"
 import { createTestDatabase, randomPrefix, stopServe } from "../support/processes.js"
 import type { TcpProxy } from "../support/tcpProxy.js"
 import { startTcpProxy } from "../support/tcpProxy.js"
-import type { LoadFailure, Member } from "./cluster.js"
+import type { Gap, LoadFailure, Member } from "./cluster.js"
 import {
   clientOverGrants,
   databaseAgainstClients,
@@ -539,8 +539,13 @@ describe("cluster: one process's Postgres connections reset under load", () => {
     const oks = await watch.stop()
 
     // Liveness: unserved stretches from the cut on; the cut process back and answering.
-    const gaps = longestGaps(oks, cutAt, stoppedAt)
-    const longest = gaps.reduce((worst, gap) => (gap.ms > worst.ms ? gap : worst))
+    const worst = (gaps: ReadonlyArray<Gap>) =>
+      gaps.reduce((left, right) => (right.ms > left.ms ? right : left))
+    const describeGap = (gap: Gap) =>
+      `${gap.ms} ms (partition ${gap.partition}, +${gap.from - cutAt} to +${gap.to - cutAt} ms after the cut)`
+    const longest = worst(longestGaps(oks, cutAt, stoppedAt))
+    const duringCut = longestGaps(oks, cutAt, restoredAt)
+    const afterRestore = worst(longestGaps(oks, restoredAt, stoppedAt))
     const reclaims = logEntries(cut.serve).filter(
       (entry) => entry.msg === "claimed partitions" && entry.time >= restoredAt
     )
@@ -576,9 +581,9 @@ describe("cluster: one process's Postgres connections reset under load", () => {
       (takenAfterMs === undefined
         ? `its partitions NOT all taken over during the cut; `
         : `all taken over by the others ${takenAfterMs} ms after the cut; `) +
-      `longest a partition went unserved from the cut on (fresh-user probe): ${longest.ms} ms ` +
-      `(partition ${longest.partition}, +${longest.from - cutAt} to +${longest.to - cutAt} ms); ` +
-      `per partition it held: ${held.map((partition) => `${partition}: ${gaps[partition]!.ms}`).join(", ")} ms; ` +
+      `longest a partition went unserved (fresh-user probe) during the cut: ${describeGap(worst(duringCut))}, ` +
+      `per partition it held: ${held.map((partition) => `${partition}: ${duringCut[partition]!.ms}`).join(", ")} ms; ` +
+      `around the restore: ${describeGap(afterRestore)}; ` +
       `after the restore: balanced over the three ` +
       (balancedAfterMs === undefined ? `NOT within ${rebalanceBoundMs} ms` : `${balancedAfterMs} ms later`) +
       `, its first claim ${reclaimedAt === undefined ? "never" : `${reclaimedAt - restoredAt} ms later`} ` +
