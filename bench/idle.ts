@@ -5,7 +5,10 @@
  * database alone: commits and rollbacks, every autocommit statement counting one). Once per partition
  * count, so the table shows whether either grows with P.
  *
- *   npx tsx bench/idle.ts [--partitions 16,64,256] [--settle-seconds 10] [--seconds 30] [--out FILE]
+ *   npx tsx bench/idle.ts [--partitions 16,64,256] [--settle-seconds 10] [--seconds 30] [--set KEY=VALUE]...
+ *                         [--out FILE]
+ *
+ * `--set` lays a setting over the deployed defaults (e.g. `--set QUOTA_HTTP_ADDR=off`: metrics off).
  */
 import { readFileSync } from "node:fs"
 import { writeFile } from "node:fs/promises"
@@ -19,12 +22,20 @@ const { values: options } = parseArgs({
     partitions: { type: "string", default: "16,64,256" },
     "settle-seconds": { type: "string", default: "10" },
     seconds: { type: "string", default: "30" },
+    set: { type: "string", multiple: true, default: [] },
     out: { type: "string" }
   }
 })
 const partitionCounts = options.partitions.split(",").map(Number)
 const settleMs = Number(options["settle-seconds"]) * 1_000
 const windowMs = Number(options.seconds) * 1_000
+const settings = Object.fromEntries(
+  options.set.map((assignment) => {
+    const equals = assignment.indexOf("=")
+    if (equals < 1) throw new Error(`--set wants KEY=VALUE, got ${JSON.stringify(assignment)}`)
+    return [assignment.slice(0, equals), assignment.slice(equals + 1)]
+  })
+)
 
 /** Linux's USER_HZ. */
 const clockTicksPerSecond = 100
@@ -57,7 +68,7 @@ interface IdleRow {
 }
 
 const measure = async (partitions: number): Promise<IdleRow> => {
-  const coordinator = await startCoordinator(process.cwd(), {}, partitions)
+  const coordinator = await startCoordinator(process.cwd(), settings, partitions)
   try {
     await sleep(settleMs)
     const ticksBefore = processTicks(coordinator.pid)
@@ -89,7 +100,8 @@ for (const partitions of partitionCounts) {
 }
 const table = [
   `Idle coordinator, ${new Date().toISOString().slice(0, 10)}: serve as deployed, no traffic, ` +
-    `${settleMs / 1_000} s settling then ${windowMs / 1_000} s measured.`,
+    `${settleMs / 1_000} s settling then ${windowMs / 1_000} s measured` +
+    (options.set.length === 0 ? "." : `; with ${options.set.join(", ")}.`),
   "",
   "| P | coordinator CPU (% of one core) | database transactions/s |",
   "| --- | --- | --- |",

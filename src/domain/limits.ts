@@ -192,6 +192,9 @@ export const storeLoadsInFlightMax = 2
  * outage within about interval + timeout.
  */
 export const readinessCheckIntervalMs = 1_000
+
+/** How often the metrics sample the event loop's delay (prom-client's eventLoopMonitoringPrecision). */
+export const eventLoopSampleIntervalMs = 100
 export const readinessCheckTimeoutMs = 2_000
 
 /** Connections the operations HTTP server (metrics, probes) keeps at once; more are refused by the OS queue. */
