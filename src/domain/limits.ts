@@ -39,8 +39,9 @@ export const messageBytesMax = 1_048_576
 export const idRetentionMs = 7 * 86_400_000
 
 /**
- * Pending holds one user may have at once. `reserve` past it answers `overloaded`: a user with ten
- * thousand pieces of work in flight is a runaway client, and each pending hold is scanned on expiry.
+ * Pending holds one user may have at once. A `reserve` of a new id past it answers `limit_reached`
+ * (bound `pending_holds`): a user with ten thousand pieces of work in flight is a runaway client, and
+ * each pending hold is scanned on expiry. Committing or releasing a hold makes room.
  */
 export const pendingHoldsPerUserMax = 10_000
 
@@ -51,7 +52,7 @@ export const pendingHoldsPerUserMax = 10_000
 export const closedHoldsPerUserMax = 100_000
 export const adjustIdsPerUserMax = 100_000
 
-/** Distinct consume keys per hold. A new key past it answers `overloaded`. */
+/** Distinct consume keys per hold. A `consume` with a new key past it answers `limit_reached` (bound `consume_keys`). */
 export const consumeKeysPerHoldMax = 10_000
 
 /** Slot jobs (held) and waiters per user. A new waiter past it answers `busy` at once. */

@@ -38,6 +38,7 @@ const levelOf = (command: Command, result: Result): Level => {
     case "invalid_request":
     case "wrong_partition":
     case "overloaded":
+    case "limit_reached":
       return "warn"
     case "unavailable":
       return "error"
@@ -89,6 +90,10 @@ const resultFields = (result: Result): Record<string, unknown> => {
   if ("state" in result) fields["state"] = result.state
   if ("leaseExpiresAt" in result) fields["leaseExpiresAt"] = result.leaseExpiresAt
   if ("error" in result) fields["error"] = result.error
+  if ("bound" in result) {
+    fields["bound"] = result.bound
+    fields["max"] = result.max
+  }
   return fields
 }
 

@@ -586,8 +586,16 @@ export const canonicalEvents = (events: ReadonlyArray<QuotaEvent>): Array<QuotaE
 
 /** The statuses PROTOCOL.md allows for each operation (errors any command may get included). */
 export const allowedStatuses: Record<Command["op"], ReadonlyArray<string>> = {
-  reserve: ["reserved", "exists", "conflict", "closed", "insufficient_quota", "unknown_meter"],
-  consume: ["consumed", "exists", "not_found", "closed"],
+  reserve: [
+    "reserved",
+    "exists",
+    "conflict",
+    "closed",
+    "insufficient_quota",
+    "unknown_meter",
+    "limit_reached"
+  ],
+  consume: ["consumed", "exists", "not_found", "closed", "limit_reached"],
   commit: ["committed", "exists", "closed", "not_found"],
   release: ["released", "exists", "closed", "not_found"],
   extend: ["extended", "closed", "not_found"],
