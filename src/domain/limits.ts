@@ -55,7 +55,10 @@ export const adjustIdsPerUserMax = 100_000
 /** Distinct consume keys per hold. A `consume` with a new key past it answers `limit_reached` (bound `consume_keys`). */
 export const consumeKeysPerHoldMax = 10_000
 
-/** Slot jobs (held) and waiters per user. A new waiter past it answers `busy` at once. */
+/**
+ * `acquire_slot` requests waiting per user, one per job (a repeat of a waiting job replaces its earlier
+ * request). A new job that would wait past it answers `limit_reached` (bound `slot_waiters`).
+ */
 export const slotWaitersPerUserMax = 1_000
 
 /** Commands queued in one user's mailbox. A full mailbox answers `overloaded`. */

@@ -6,7 +6,8 @@ import type { OpsCommand } from "./commands.js"
 import type { DecideContext, Output } from "./context.js"
 import { assertSlotsWithinLimit } from "./invariants.js"
 import { slotWaitersPerUserMax } from "./limits.js"
-import type { SlotResult } from "./results.js"
+import type { LimitReachedResult, SlotResult } from "./results.js"
+import { limitReached } from "./results.js"
 import type { UserState } from "./state.js"
 import { planOf, releaseIfEmpty, slotLimit, writable, writableWaiters } from "./state.js"
 
@@ -53,13 +54,18 @@ export const decideSystemJob = (
     ? { status: "acquired", limit: null, held: 0, job: command.job, leaseExpiresAt: now + command.leaseMs }
     : { status: "not_found", limit: null, held: 0 }
 
-/** Returns null when the caller waits in the queue. */
+/**
+ * Returns null when the caller waits in the queue. A repeat of a job that is waiting replaces the
+ * earlier request as the waiter (PROTOCOL.md revision 1.2): the earlier one is woken `busy` now, and the
+ * job keeps its place in the queue with the repeat's own waitMs and leaseMs. So the queue holds at most
+ * one request per job, whatever a caller sends (copies each parked kept every message alive).
+ */
 export const acquireSlot = (
   ctx: DecideContext,
   state: UserState,
   command: CommandOf<"acquire_slot">,
   output: Output
-): SlotResult | null => {
+): SlotResult | LimitReachedResult | null => {
   if (state.slots.has(command.job)) {
     const leaseExpiresAt = grant(ctx, state, command.job, command.leaseMs, output)
     return slotResult(ctx, state, "exists", { job: command.job, leaseExpiresAt })
@@ -70,16 +76,26 @@ export const acquireSlot = (
     assertSlotsWithinLimit(state, slotLimit(ctx.config, state))
     return slotResult(ctx, state, "acquired", { job: command.job, leaseExpiresAt })
   }
-  if (command.waitMs === 0) return busy(ctx, state)
-  const deadlineAt = ctx.now + command.waitMs
-  const queued = state.waiters.find((waiter) => waiter.job === command.job)
-  if (queued !== undefined) {
-    // A retry of a waiting job keeps its place; both callers get the same answer.
-    queued.deadlineAt = Math.max(queued.deadlineAt, deadlineAt)
+  const queuedAt = state.waiters.findIndex((waiter) => waiter.job === command.job)
+  if (queuedAt !== -1) {
+    output.wakeups.push({ job: command.job, result: busy(ctx, state) })
+    const waiters = writableWaiters(state)
+    // waitMs 0: the repeat does not wait, so the job leaves the queue.
+    if (command.waitMs === 0) {
+      waiters.splice(queuedAt, 1)
+      return busy(ctx, state)
+    }
+    waiters[queuedAt] = { job: command.job, leaseMs: command.leaseMs, deadlineAt: ctx.now + command.waitMs }
     return null
   }
-  if (state.waiters.length >= slotWaitersPerUserMax) return busy(ctx, state)
-  writableWaiters(state).push({ job: command.job, leaseMs: command.leaseMs, deadlineAt })
+  if (command.waitMs === 0) return busy(ctx, state)
+  if (state.waiters.length >= slotWaitersPerUserMax)
+    return limitReached("slot_waiters", slotWaitersPerUserMax)
+  writableWaiters(state).push({
+    job: command.job,
+    leaseMs: command.leaseMs,
+    deadlineAt: ctx.now + command.waitMs
+  })
   return null
 }
 

@@ -10,11 +10,15 @@ import { defaultConfig } from "../../src/domain/config.js"
 import type { DecideContext } from "../../src/domain/context.js"
 import { decide } from "../../src/domain/decide.js"
 import { assertUserState } from "../../src/domain/invariants.js"
-import { consumeKeysPerHoldMax, pendingHoldsPerUserMax } from "../../src/domain/limits.js"
+import {
+  consumeKeysPerHoldMax,
+  pendingHoldsPerUserMax,
+  slotWaitersPerUserMax
+} from "../../src/domain/limits.js"
 import type { Result } from "../../src/domain/results.js"
 import type { UserState } from "../../src/domain/state.js"
 import { emptyUserState } from "../../src/domain/state.js"
-import { commit, consume, reserve, T0, U } from "./support.js"
+import { acquire, commit, consume, reserve, T0, U } from "./support.js"
 
 const ctxAt = (config: Config, now = T0): DecideContext => ({ config, now, random: () => 0.5 })
 
@@ -56,5 +60,24 @@ describe("per-user bounds answer limit_reached", () => {
     expect(decideOn(state, consume("h", 0, "k9"))?.status).toBe("exists")
     expect(decideOn(state, commit("h", 1))?.status).toBe("committed")
     assertUserState(state)
+  })
+
+  it(`slot_waiters: a new job past ${slotWaitersPerUserMax} waiting; a waiting job's repeat replaces it`, () => {
+    const state = emptyUserState(U)
+    expect(decideOn(state, acquire("holder"))?.status).toBe("acquired")
+    for (let index = 0; index < slotWaitersPerUserMax; index += 1)
+      expect(decideOn(state, acquire(`w${index}`, { waitMs: 60_000 }))).toBeNull()
+    const past = decide(state, acquire("one-more", { waitMs: 60_000 }), ctxAt(defaultConfig))
+    expect(past.result).toEqual({
+      status: "limit_reached",
+      bound: "slot_waiters",
+      max: slotWaitersPerUserMax
+    })
+    expect(past.wakeups).toEqual([])
+    // The same job again is not a new waiter: it replaces the earlier request, answered busy.
+    const repeat = decide(state, acquire("w5", { waitMs: 60_000 }), ctxAt(defaultConfig))
+    expect(repeat.result).toBeNull()
+    expect(repeat.wakeups.map((wakeup) => [wakeup.job, wakeup.result.status])).toEqual([["w5", "busy"]])
+    expect(state.waiters.length).toBe(slotWaitersPerUserMax)
   })
 })
