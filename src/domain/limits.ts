@@ -209,3 +209,10 @@ export const eventsWarningIntervalMs = 60_000
 
 /** The stream's duplicate window: at least 2 minutes (PROTOCOL.md), so a re-publish after a crash is kept once. */
 export const eventsDuplicateWindowMsMin = 120_000
+
+/**
+ * Slots one user holds at once, whatever its plan says (with fairness off a plan allows any number).
+ * An `acquire_slot` of a new job past it answers `limit_reached` (bound `slots`); held jobs still renew
+ * and release. Bounds the memory and the work of a user's slots.
+ */
+export const slotsPerUserMax = 1_000

@@ -5,7 +5,7 @@
 import type { OpsCommand } from "./commands.js"
 import type { DecideContext, Output } from "./context.js"
 import { assertSlotsWithinLimit } from "./invariants.js"
-import { slotWaitersPerUserMax } from "./limits.js"
+import { slotWaitersPerUserMax, slotsPerUserMax } from "./limits.js"
 import type { LimitReachedResult, SlotResult } from "./results.js"
 import { limitReached } from "./results.js"
 import type { UserState } from "./state.js"
@@ -27,9 +27,18 @@ const busy = (ctx: DecideContext, state: UserState): SlotResult =>
       ctx.config.fairness.snoozeBaseMs + Math.floor(ctx.random() * ctx.config.fairness.snoozeJitterMs)
   })
 
+/** A slot is free under the plan's limit (none with fairness off) and the per-user bound. */
 const hasFreeSlot = (ctx: DecideContext, state: UserState): boolean => {
+  if (state.slots.size >= slotsPerUserMax) return false
   const limit = slotLimit(ctx.config, state)
   return limit === null || state.slots.size < limit
+}
+
+/** Takes a job's slot away; with none left, the lease bound is exact again (none due). */
+const forgetSlot = (state: UserState, job: string): void => {
+  writable(state, "slots").delete(job)
+  if (state.slots.size === 0) state.slotsLeaseExpiresAtLowest = Infinity
+  releaseIfEmpty(state, "slots")
 }
 
 const grant = (
@@ -41,6 +50,7 @@ const grant = (
 ): number => {
   const leaseExpiresAt = ctx.now + leaseMs
   writable(state, "slots").set(job, leaseExpiresAt)
+  state.slotsLeaseExpiresAtLowest = Math.min(state.slotsLeaseExpiresAtLowest, leaseExpiresAt)
   output.events.push({ kind: "slot", user: state.user, job, leaseExpiresAt })
   return leaseExpiresAt
 }
@@ -70,6 +80,8 @@ export const acquireSlot = (
     const leaseExpiresAt = grant(ctx, state, command.job, command.leaseMs, output)
     return slotResult(ctx, state, "exists", { job: command.job, leaseExpiresAt })
   }
+  // A new slot past the per-user bound (only reachable with fairness off, or a plan above it).
+  if (state.slots.size >= slotsPerUserMax) return limitReached("slots", slotsPerUserMax)
   // Waiters are served first: a newcomer does not jump the FIFO queue.
   if (hasFreeSlot(ctx, state) && state.waiters.length === 0) {
     const leaseExpiresAt = grant(ctx, state, command.job, command.leaseMs, output)
@@ -117,8 +129,7 @@ export const releaseSlot = (
   output: Output
 ): SlotResult => {
   if (!state.slots.has(command.job)) return slotResult(ctx, state, "not_found")
-  writable(state, "slots").delete(command.job)
-  releaseIfEmpty(state, "slots")
+  forgetSlot(state, command.job)
   output.events.push({ kind: "slot_freed", user: state.user, job: command.job, reason: "released" })
   const result = slotResult(ctx, state, "released", { job: command.job })
   grantWaiters(ctx, state, output)
@@ -139,19 +150,13 @@ export const grantWaiters = (ctx: DecideContext, state: UserState, output: Outpu
   }
 }
 
-/** Frees leases that ended, gives the slots to waiters, then times out waiters whose wait ran out. */
+/**
+ * Frees leases that ended, gives the slots to waiters, then times out waiters whose wait ran out. The
+ * slots are walked only when the lease bound says one may be due (then the bound is made exact), not
+ * on every decision: with fairness off a user may hold a thousand slots.
+ */
 export const expireSlots = (ctx: DecideContext, state: UserState, output: Output): void => {
-  for (const [job, leaseExpiresAt] of [...state.slots]) {
-    if (leaseExpiresAt > ctx.now) continue
-    writable(state, "slots").delete(job)
-    releaseIfEmpty(state, "slots")
-    output.events.push({ kind: "slot_freed", user: state.user, job, reason: "expired" })
-    output.events.push({
-      kind: "event",
-      user: state.user,
-      event: { event: "slot_expired", at: ctx.now, job, plan: planOf(ctx.config, state) }
-    })
-  }
+  if (state.slotsLeaseExpiresAtLowest <= ctx.now) expireLeases(ctx, state, output)
   grantWaiters(ctx, state, output)
   for (let index = 0; index < state.waiters.length;) {
     const waiter = state.waiters[index]!
@@ -161,5 +166,25 @@ export const expireSlots = (ctx: DecideContext, state: UserState, output: Output
     }
     writableWaiters(state).splice(index, 1)
     output.wakeups.push({ job: waiter.job, result: busy(ctx, state) })
+  }
+}
+
+/** Frees every lease due at ctx.now, and sets the lease bound to the exact earliest of the rest. */
+const expireLeases = (ctx: DecideContext, state: UserState, output: Output): void => {
+  const due: Array<string> = []
+  let lowest = Infinity
+  for (const [job, leaseExpiresAt] of state.slots) {
+    if (leaseExpiresAt <= ctx.now) due.push(job)
+    else lowest = Math.min(lowest, leaseExpiresAt)
+  }
+  state.slotsLeaseExpiresAtLowest = lowest
+  for (const job of due) {
+    forgetSlot(state, job)
+    output.events.push({ kind: "slot_freed", user: state.user, job, reason: "expired" })
+    output.events.push({
+      kind: "event",
+      user: state.user,
+      event: { event: "slot_expired", at: ctx.now, job, plan: planOf(ctx.config, state) }
+    })
   }
 }
