@@ -26,7 +26,8 @@ import { nextDeadline, planOf, userStateFromStored } from "../domain/state.js"
 import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
 import { failedWriteRetryDelayMs } from "../domain/limits.js"
 import type { StoreShape } from "../store/Store.js"
-import type { RecencyLinks } from "./RecencyList.js"
+import { busyResult } from "../domain/slots.js"
+import type { RecencyLinks, RecencyList } from "./RecencyList.js"
 
 /** Called exactly once with the command's result: the actor's only way to answer. */
 export type Reply = (result: Result) => void
@@ -74,6 +75,8 @@ export interface ActorSettings {
    * servable here, a close requested by releaseWaiters, an interruption or a crash.
    */
   readonly onClose: (actor: UserActor) => void
+  /** Called when a run ends and the actor stays open: it rests, idle or with waiters parked. */
+  readonly onRest: (actor: UserActor) => void
 }
 
 /** The recency links are the coordinator's (RecencyList); nothing else reads or writes them. */
@@ -104,6 +107,8 @@ export interface UserActor extends RecencyLinks<UserActor> {
   scheduledDeadline: number
   /** When it last decided something (Clock ms): idle eviction reads it. */
   lastActiveAt: number
+  /** The coordinator's list of resting actors that holds it; undefined while it runs. Only the coordinator writes it. */
+  restingIn: RecencyList<UserActor> | undefined
 }
 
 export const makeUserActor = (user: string, lastActiveAt: number): UserActor => ({
@@ -118,6 +123,7 @@ export const makeUserActor = (user: string, lastActiveAt: number): UserActor => 
   inFlight: noEnvelopes,
   scheduledDeadline: Infinity,
   lastActiveAt,
+  restingIn: undefined,
   newer: undefined,
   older: undefined
 })
@@ -181,6 +187,27 @@ export const closeActor = (
   settings.onClose(actor)
   answerHeld(actor, inFlight, settings)
   answerAll(actor.mailbox.splice(0), unavailable, settings, actor.user)
+}
+
+/**
+ * Ends the waits of a resting actor's parked waiters, answering each `busy` (its wait is over, with
+ * retryAfterMs): what the coordinator does to the actor resting longest with waiters when more actors
+ * than their bound (waitingActorsMax) rest with waiters. Their place in the queue was memory only, as
+ * after a crash; they retry. The caller forgets the actor first, so a reply that enqueues again
+ * reaches a new one.
+ */
+export const endWaits = (
+  user: string,
+  parked: ReadonlyMap<string, Envelope> | undefined,
+  state: UserState | undefined,
+  settings: ActorSettings
+): void => {
+  if (parked === undefined || state === undefined) return
+  const ctx: DecideContext = { config: settings.config, now: settings.now(), random: settings.random }
+  for (const envelope of parked.values()) {
+    settings.metrics.slotBusy(planOf(settings.config, state))
+    answer(envelope, busyResult(ctx, state), settings, user)
+  }
 }
 
 const load = (actor: UserActor, settings: ActorSettings): Effect.Effect<Option.Option<UserState>> =>
@@ -303,6 +330,7 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
         if (actor.closeRequested) return closeActor(actor, settings)
         actor.busy = false
         actor.running = undefined
+        settings.onRest(actor)
         return
       }
       const envelopes = actor.mailbox.splice(0, settings.decisionsPerWriteMax)

@@ -73,7 +73,11 @@ export const actorDecisionsPerWriteMax = 512
  */
 export const failedWriteRetryDelayMs = 1_000
 
-/** Actors resident at once. A new user past it evicts the least recently used idle actor; if none is idle, `overloaded`. */
+/**
+ * Actors resident at once, those resting with waiters apart (see waitingActorsMax). A new user past it
+ * evicts the least recently used idle actor; if every one it counts is running (loading, deciding,
+ * writing), `overloaded` until one is done.
+ */
 export const residentActorsMax = 100_000
 
 /** An actor with nothing queued, no waiters and no write in flight is evicted after this idle time. */
@@ -216,3 +220,11 @@ export const eventsDuplicateWindowMsMin = 120_000
  * and release. Bounds the memory and the work of a user's slots.
  */
 export const slotsPerUserMax = 1_000
+
+/**
+ * Actors resting with `acquire_slot` waiters parked, apart from residentActorsMax (so they cannot fill
+ * it and lock new users out). Past it, the actor that has rested longest with waiters is evicted and
+ * each of its waiters answered `busy` (its wait over, with retryAfterMs; its place in the queue was
+ * memory only). Resident actors in all: at most residentActorsMax + this.
+ */
+export const waitingActorsMax = 10_000

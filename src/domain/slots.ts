@@ -21,7 +21,7 @@ const slotResult = (
 ): SlotResult => ({ status, limit: slotLimit(ctx.config, state), held: state.slots.size, ...extra })
 
 /** `retryAfterMs` of a `busy`: the snooze base plus jitter, so snoozed callers do not return together. */
-const busy = (ctx: DecideContext, state: UserState): SlotResult =>
+export const busyResult = (ctx: DecideContext, state: UserState): SlotResult =>
   slotResult(ctx, state, "busy", {
     retryAfterMs:
       ctx.config.fairness.snoozeBaseMs + Math.floor(ctx.random() * ctx.config.fairness.snoozeJitterMs)
@@ -90,17 +90,17 @@ export const acquireSlot = (
   }
   const queuedAt = state.waiters.findIndex((waiter) => waiter.job === command.job)
   if (queuedAt !== -1) {
-    output.wakeups.push({ job: command.job, result: busy(ctx, state) })
+    output.wakeups.push({ job: command.job, result: busyResult(ctx, state) })
     const waiters = writableWaiters(state)
     // waitMs 0: the repeat does not wait, so the job leaves the queue.
     if (command.waitMs === 0) {
       waiters.splice(queuedAt, 1)
-      return busy(ctx, state)
+      return busyResult(ctx, state)
     }
     waiters[queuedAt] = { job: command.job, leaseMs: command.leaseMs, deadlineAt: ctx.now + command.waitMs }
     return null
   }
-  if (command.waitMs === 0) return busy(ctx, state)
+  if (command.waitMs === 0) return busyResult(ctx, state)
   if (state.waiters.length >= slotWaitersPerUserMax)
     return limitReached("slot_waiters", slotWaitersPerUserMax)
   writableWaiters(state).push({
@@ -165,7 +165,7 @@ export const expireSlots = (ctx: DecideContext, state: UserState, output: Output
       continue
     }
     writableWaiters(state).splice(index, 1)
-    output.wakeups.push({ job: waiter.job, result: busy(ctx, state) })
+    output.wakeups.push({ job: waiter.job, result: busyResult(ctx, state) })
   }
 }
 
