@@ -39,8 +39,9 @@ export const messageBytesMax = 1_048_576
 export const idRetentionMs = 7 * 86_400_000
 
 /**
- * Pending holds one user may have at once. `reserve` past it answers `overloaded`: a user with ten
- * thousand pieces of work in flight is a runaway client, and each pending hold is scanned on expiry.
+ * Pending holds one user may have at once. A `reserve` of a new id past it answers `limit_reached`
+ * (bound `pending_holds`): a user with ten thousand pieces of work in flight is a runaway client, and
+ * each pending hold is scanned on expiry. Committing or releasing a hold makes room.
  */
 export const pendingHoldsPerUserMax = 10_000
 
@@ -64,10 +65,13 @@ export const loadRememberedIdsPerUserMax = 10_000
 /** Ids one recall asks the store for (a group's commands naming ids memory does not hold). */
 export const recallIdsMax = 1_000
 
-/** Distinct consume keys per hold. A new key past it answers `overloaded`. */
+/** Distinct consume keys per hold. A `consume` with a new key past it answers `limit_reached` (bound `consume_keys`). */
 export const consumeKeysPerHoldMax = 10_000
 
-/** Slot jobs (held) and waiters per user. A new waiter past it answers `busy` at once. */
+/**
+ * `acquire_slot` requests waiting per user, one per job (a repeat of a waiting job replaces its earlier
+ * request). A new job that would wait past it answers `limit_reached` (bound `slot_waiters`).
+ */
 export const slotWaitersPerUserMax = 1_000
 
 /** Commands queued in one user's mailbox. A full mailbox answers `overloaded`. */
@@ -82,7 +86,11 @@ export const actorDecisionsPerWriteMax = 512
  */
 export const failedWriteRetryDelayMs = 1_000
 
-/** Actors resident at once. A new user past it evicts the least recently used idle actor; if none is idle, `overloaded`. */
+/**
+ * Actors resident at once, those resting with waiters apart (see waitingActorsMax). A new user past it
+ * evicts the least recently used idle actor; if every one it counts is running (loading, deciding,
+ * writing), `overloaded` until one is done.
+ */
 export const residentActorsMax = 100_000
 
 /** An actor with nothing queued, no waiters and no write in flight is evicted after this idle time. */
@@ -240,3 +248,18 @@ export const eventsWarningIntervalMs = 60_000
 
 /** The stream's duplicate window: at least 2 minutes (PROTOCOL.md), so a re-publish after a crash is kept once. */
 export const eventsDuplicateWindowMsMin = 120_000
+
+/**
+ * Slots one user holds at once, whatever its plan says (with fairness off a plan allows any number).
+ * An `acquire_slot` of a new job past it answers `limit_reached` (bound `slots`); held jobs still renew
+ * and release. Bounds the memory and the work of a user's slots.
+ */
+export const slotsPerUserMax = 1_000
+
+/**
+ * Actors resting with `acquire_slot` waiters parked, apart from residentActorsMax (so they cannot fill
+ * it and lock new users out). Past it, the actor that has rested longest with waiters is evicted and
+ * each of its waiters answered `busy` (its wait over, with retryAfterMs; its place in the queue was
+ * memory only). Resident actors in all: at most residentActorsMax + this.
+ */
+export const waitingActorsMax = 10_000

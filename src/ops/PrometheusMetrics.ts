@@ -56,7 +56,8 @@ export const statusLabels = [
   "invalid_request",
   "wrong_partition",
   "unavailable",
-  "overloaded"
+  "overloaded",
+  "limit_reached"
 ] as const satisfies ReadonlyArray<Status>
 
 // Fails to compile when a status is added to the protocol's union and not here.

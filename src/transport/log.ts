@@ -69,6 +69,10 @@ const resultFields = (result: Result): Record<string, unknown> => {
   if ("state" in result) fields["state"] = result.state
   if ("leaseExpiresAt" in result) fields["leaseExpiresAt"] = result.leaseExpiresAt
   if ("error" in result) fields["error"] = result.error
+  if ("bound" in result) {
+    fields["bound"] = result.bound
+    fields["max"] = result.max
+  }
   return fields
 }
 
