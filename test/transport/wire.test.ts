@@ -408,12 +408,14 @@ describe("service errors (400, empty body)", () => {
 })
 
 describe("logs", () => {
-  it("logs a grant with user, id and meter, and an acquired slot with user and job", async () => {
+  it("logs a grant with user, id and meter, and an acquired slot with user and job, at debug; administration at info", async () => {
     const user = freshUser()
     await ops(user, { op: "reserve", meter: "analysis", amount: 2, id: "logged" })
     await ops(user, { op: "acquire_slot", job: "logged-job" })
     await ops(user, { op: "commit", id: "logged" })
+    await admin(user, { op: "set_plan", plan: "pro" })
     const lines = harness.logs.lines.filter((line) => line["user"] === user)
+    // One line per decision is debug (20): at info a deployment logs no line per request.
     expect(lines).toContainEqual(
       expect.objectContaining({
         status: "reserved",
@@ -421,8 +423,11 @@ describe("logs", () => {
         id: "logged",
         meter: "analysis",
         amount: 2,
-        level: 30
+        level: 20
       })
+    )
+    expect(lines).toContainEqual(
+      expect.objectContaining({ op: "set_plan", plan: "pro", status: "ok", level: 30 })
     )
     expect(lines).toContainEqual(expect.objectContaining({ status: "acquired", user, job: "logged-job" }))
     expect(lines).toContainEqual(
