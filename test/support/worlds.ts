@@ -13,6 +13,9 @@
  * definitively. The test knows each such write's user and whether it was applied, not which commands
  * it held: the auditor keeps every world in which some run of that user's `unavailable` commands was
  * the group, applied or not as the write was.
+ *
+ * A clock that steps back: timestamps (expiry, leases, waits) are taken from the clock as it reads,
+ * nothing falls due or un-expires on the way back, and a period never goes back (model.ts, usageNow).
  */
 import type { Command } from "../../src/domain/commands.js"
 import type { Config } from "../../src/domain/config.js"
@@ -25,6 +28,7 @@ import {
   modelAdvanceTo,
   modelCrash,
   modelNextDeadline,
+  modelSetClock,
   modelStep,
   normalizeActual
 } from "./model.js"
@@ -40,6 +44,8 @@ export interface AuditedSystem {
   readonly sweep: () => Promise<void>
   /** Durable rows still due at `now` (a pending hold past expiresAt, a lease past its end): after a sweep, none. */
   readonly dueRows: (now: number) => Array<string>
+  /** Sets the clock to `at`, earlier than now (TestClock.setTime). */
+  readonly setClock: (at: number) => Promise<void>
   /** The next writes (any user's), one per entry, fail with an unknown outcome: applied later or not, as given. */
   readonly armUnknownOutcomes: (applied: ReadonlyArray<boolean>) => void
   /**
@@ -251,6 +257,20 @@ export class Auditor {
     this.worlds = dedupe(survivors)
     if (this.worlds.length > worldsMax)
       throw new Error(`${this.worlds.length} possible worlds: too many to audit`)
+  }
+
+  /**
+   * The clock steps back `ms`: nothing is decided on the way. Then every user is read at once: what they
+   * report (each meter's period and usage included) must not go back with the clock.
+   */
+  async stepBack(real: AuditedSystem, ms: number): Promise<void> {
+    const to = this.now - ms
+    await real.setClock(to)
+    for (const world of this.worlds) modelSetClock(world, to)
+    await this.exchange(
+      real,
+      this.users.map((user): Command => ({ op: "get_usage", user }))
+    )
   }
 
   /**
