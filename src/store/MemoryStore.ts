@@ -44,6 +44,21 @@ export interface MemoryStoreOptions {
   readonly beforeWrite?: (events: ReadonlyArray<StoreEvent>) => Promise<void>
   /** Awaited before each load. */
   readonly beforeLoad?: (user: string) => Promise<void>
+  /**
+   * A write whose outcome is unknown (as Postgres's WriteOutcomeUnknown: a COMMIT sent and never
+   * answered). Asked for each write once it would apply (after beforeWrite and the fence check);
+   * undefined: the write applies as usual. A promise: the write fails at once (StoreUnavailable, as a
+   * timeout) and its events are applied when the promise resolves true, dropped when it resolves
+   * false: the test decides, as the server does when it commits or rolls back later.
+   */
+  readonly outcomeUnknown?: (events: ReadonlyArray<StoreEvent>) => Promise<boolean> | undefined
+  /**
+   * Default true: a load first waits until every write of unknown outcome is settled (applied or
+   * dropped), the contract the Postgres store keeps (outcomeDoubts.ts), so no actor reloads a state a
+   * late commit will still change. false breaks it, only to show that the properties catch the
+   * difference (test/property/lifecycle.test.ts).
+   */
+  readonly settleBeforeLoad?: boolean
 }
 
 export interface MemoryStore extends StoreShape {
@@ -55,6 +70,8 @@ export interface MemoryStore extends StoreShape {
    * superseded owner's transaction fails its epoch check in Postgres.
    */
   readonly fence: () => void
+  /** Writes of unknown outcome not settled yet (applied or dropped). */
+  readonly unsettledWrites: () => number
 }
 
 const rowsOf = (rows: Map<string, MemoryUserRows>, user: string): MemoryUserRows => {
@@ -85,6 +102,9 @@ export const makeMemoryStore = (options: MemoryStoreOptions = {}): MemoryStore =
   const rows = new Map<string, MemoryUserRows>()
   let duplicates = 0
   let epoch = 0
+  /** Writes of unknown outcome not settled yet; a load waits for all of them (settleBeforeLoad). */
+  const doubts = new Set<Promise<void>>()
+  const settleBeforeLoad = options.settleBeforeLoad ?? true
   const seenLedgerKeys = new Map<string, Set<string>>()
 
   const apply = (event: StoreEvent): void => {
@@ -172,10 +192,13 @@ export const makeMemoryStore = (options: MemoryStoreOptions = {}): MemoryStore =
     fence: () => {
       epoch += 1
     },
+    unsettledWrites: () => doubts.size,
     load: (user, now) =>
       Effect.tryPromise({
         try: async () => {
           if (options.beforeLoad !== undefined) await options.beforeLoad(user)
+          // Those that start while it waits included: the load reads only once none is left.
+          while (settleBeforeLoad && doubts.size > 0) await Promise.all(doubts)
           return loadRows(user, now)
         },
         catch: toUnavailable
@@ -186,6 +209,21 @@ export const makeMemoryStore = (options: MemoryStoreOptions = {}): MemoryStore =
           const startedInEpoch = epoch
           if (options.beforeWrite !== undefined) await options.beforeWrite(events)
           if (startedInEpoch !== epoch) throw new Error("fenced: the writer was superseded")
+          const outcome = options.outcomeUnknown?.(events)
+          if (outcome !== undefined) {
+            // Its fence check passed: whether it lands is the server's to decide, not a later fence's.
+            const settled: Promise<void> = outcome.then(
+              (applied) => {
+                if (applied) for (const event of events) apply(event)
+                doubts.delete(settled)
+              },
+              () => {
+                doubts.delete(settled)
+              }
+            )
+            doubts.add(settled)
+            throw new Error("the outcome of the commit is unknown (no answer to COMMIT)")
+          }
           for (const event of events) apply(event)
         },
         catch: toUnavailable

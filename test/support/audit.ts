@@ -151,7 +151,11 @@ export const auditStore = (
     for (const { name } of config.meters) {
       if (isTainted(tainted, user, name)) continue
       const limit = rows.limits.get(name) ?? config.plans[plan]?.limits[name] ?? 0
-      const current = periodStartOf(periodOf(config, name), now)
+      // A period never goes back: with the clock stepped back, the latest period with a row is current.
+      let current = periodStartOf(periodOf(config, name), now)
+      for (const row of rows.usage.values())
+        if (row.meter === name && current !== null && row.periodStart !== null && row.periodStart > current)
+          current = row.periodStart
       const used = rows.usage.get(`${name}|${current}`)?.used ?? 0
       let reserved = 0
       for (const hold of rows.holds.values()) {

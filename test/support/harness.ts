@@ -34,6 +34,11 @@ export interface CoordinatorHarness {
   readonly send: (command: Command) => Promise<Result>
   /** TestClock.adjust: wakes every sleep due on the way, each at its own time. */
   readonly advance: (ms: number) => Promise<void>
+  /**
+   * TestClock.setTime: the clock reads `at`, which may be earlier than now (a clock that steps back).
+   * Sleeps keep their instants: none wakes on the way back, each wakes when the clock reaches it again.
+   */
+  readonly setTime: (at: number) => Promise<void>
   readonly now: () => Promise<number>
   /** Interrupts every actor (in-flight commands answer `unavailable`); callers fence the store first. */
   readonly dropAllActors: () => Promise<void>
@@ -111,6 +116,7 @@ export const startCoordinator = async (options: HarnessOptions): Promise<Coordin
     fire,
     send: (command) => fire(command).promise,
     advance: (ms) => run(TestClock.adjust(ms)),
+    setTime: (at) => run(TestClock.setTime(at)),
     now: () => run(Clock.currentTimeMillis),
     dropAllActors: () => run(coordinator.dropAllActors),
     sweepOnce: () => run(coordinator.sweepOnce),

@@ -4,7 +4,8 @@
  * Written from the protocol, not from src/domain, and kept deliberately plain so it is obviously right:
  * - a hold is a record in a list, never forgotten (the properties stay inside the 7-day retry window);
  * - `reserved` and `pendingHolds` are recounted from the holds on every read, never kept as counters;
- * - usage is one (periodStart, used) pair per meter, read as 0 once its period is over;
+ * - usage is one (periodStart, used) pair per meter, read as 0 once its period is over; a period never
+ *   goes back: per user, the period of its latest decision stays current while the clock reads earlier;
  * - time is a list of events processed in order (hold expiry, lease end, waiter timeout), each at its
  *   own moment, whatever size the jump;
  * - the events a decision records (PROTOCOL.md "Events") are appended to the user's `events`: expiries
@@ -69,6 +70,11 @@ export interface ModelUser {
   readonly waiters: Array<ModelWaiter>
   /** Every event the user's applied decisions recorded, in order (what the outbox must hold). */
   readonly events: Array<QuotaEvent>
+  /**
+   * The latest instant any of the user's decisions was made at. A period never goes back: while the
+   * clock reads earlier (it stepped back), the period of this instant is still the current one.
+   */
+  latestAt: number
 }
 
 export interface ModelState {
@@ -109,7 +115,8 @@ const userOf = (state: ModelState, user: string): ModelUser => {
       adjustments: [],
       slots: {},
       waiters: [],
-      events: []
+      events: [],
+      latestAt: state.now
     }
     state.users[user] = entry
   }
@@ -127,10 +134,14 @@ const limitOf = (config: Config, user: ModelUser, meter: string): number =>
 const slotLimitOf = (config: Config, user: ModelUser): number | null =>
   config.fairness.enabled ? (config.plans[planOf(config, user)]?.slots ?? 0) : null
 
-/** The meter's usage row of the current period: an earlier period's counts as none. */
+/**
+ * The meter's usage row of the current period: an earlier period's counts as none. A period never goes
+ * back (issue 19): once a decision of the user was made in a period, that period stays current while
+ * the clock reads earlier (it stepped back), until the clock reaches a later one.
+ */
 const usageNow = (config: Config, state: ModelState, user: ModelUser, meter: string): ModelUsage => {
   const row = user.usage[meter]
-  const current = periodStartOf(periodOf(config, meter) ?? "none", state.now)
+  const current = periodStartOf(periodOf(config, meter) ?? "none", Math.max(state.now, user.latestAt))
   return row === undefined || row.periodStart !== current
     ? { periodStart: current, used: 0, announced: [] }
     : row
@@ -175,7 +186,7 @@ const reaches = (used: number, threshold: number, limit: number): boolean => {
 }
 
 const announceThresholds = (config: Config, state: ModelState, user: ModelUser): void => {
-  for (const { name, period } of config.meters) {
+  for (const { name } of config.meters) {
     const limit = limitOf(config, user, name)
     if (limit <= 0) continue
     const row = usageNow(config, state, user, name)
@@ -187,7 +198,7 @@ const announceThresholds = (config: Config, state: ModelState, user: ModelUser):
         event: "usage_threshold",
         at: state.now,
         meter: name,
-        periodStart: periodStartOf(period, state.now),
+        periodStart: row.periodStart,
         threshold,
         limit,
         used: row.used
@@ -312,6 +323,14 @@ export const modelAdvanceTo = (config: Config, state: ModelState, to: number): A
   }
   state.now = Math.max(state.now, to)
   return wakes
+}
+
+/**
+ * Sets the clock to `to`, which may be earlier (a clock that steps back): nothing falls due and nothing
+ * un-expires on the way back; what falls due after `to` does when the clock reaches it again.
+ */
+export const modelSetClock = (state: ModelState, to: number): void => {
+  state.now = to
 }
 
 /** A crash: the waiting queues were memory only, so every waiter is dropped (its callers get `unavailable`). */
@@ -533,7 +552,7 @@ const usageOf = (config: Config, state: ModelState, user: ModelUser): Result => 
   meters: config.meters.map(({ name, period }) => ({
     ...meterFields(config, state, user, name),
     period,
-    periodStart: periodStartOf(period, state.now),
+    periodStart: usageNow(config, state, user, name).periodStart,
     pendingHolds: pendingOf(user, name).length
   })),
   slots: {
@@ -555,7 +574,10 @@ export const modelStep = (config: Config, state: ModelState, command: Command, c
   processDue(config, state, wakes)
   const result = decideOne(config, state, command, caller, wakes)
   const user = state.users[command.user]
-  if (user !== undefined) announceThresholds(config, state, user)
+  if (user !== undefined) {
+    user.latestAt = Math.max(user.latestAt, state.now)
+    announceThresholds(config, state, user)
+  }
   return { result, wakes }
 }
 

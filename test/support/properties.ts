@@ -6,6 +6,9 @@
  * A failure prints fast-check's `{ seed, path }`; replay exactly that case with
  *
  *   QUOTA_PROPERTY_SEED=<seed> QUOTA_PROPERTY_PATH=<path> npx vitest run test/property -t '<name>'
+ *
+ * A property over fc.commands also needs the commands' own shrink path (the counterexample's
+ * `replayPath`), given as QUOTA_PROPERTY_REPLAY_PATH; the replay line printed on failure includes it.
  */
 import fc from "fast-check"
 
@@ -33,6 +36,18 @@ export const propertyParameters = <T>(runs = defaultRuns): fc.Parameters<T> => {
   return { numRuns: Math.max(1, Math.round(runs * runsFactor())), ...replay }
 }
 
+/**
+ * fc.commands settings: `settings`, and the replayed commands' shrink path when QUOTA_PROPERTY_REPLAY_PATH
+ * gives it (without it, fast-check cannot replay a shrunk command list: "Unable to replay").
+ */
+export const commandsSettings = (settings: {
+  readonly maxCommands: number
+  readonly size?: fc.SizeForArbitrary
+}): fc.CommandsContraints => {
+  const replayPath = process.env.QUOTA_PROPERTY_REPLAY_PATH
+  return { ...settings, ...(replayPath === undefined || replayPath === "" ? {} : { replayPath }) }
+}
+
 /** A vitest timeout for a property: `baseMs` at the default runs, scaled with the factor. */
 export const propertyTimeoutMs = (baseMs = 60_000): number => Math.round(baseMs * Math.max(1, runsFactor()))
 
@@ -49,9 +64,12 @@ export const assertProperty = async <T>(
   if (details.failed) {
     const error = details.errorInstance
     const why = error instanceof Error ? (error.stack ?? error.message) : String(error)
+    const report = fc.defaultReportMessage(details) ?? "failed"
+    const replayPath = /\/\*replayPath="([^"]*)"\*\//.exec(report)?.[1]
     throw new Error(
-      `${name}\n${fc.defaultReportMessage(details) ?? "failed"}\n` +
-        `replay: QUOTA_PROPERTY_SEED=${details.seed} QUOTA_PROPERTY_PATH=${details.counterexamplePath ?? ""}\n` +
+      `${name}\n${report}\n` +
+        `replay: QUOTA_PROPERTY_SEED=${details.seed} QUOTA_PROPERTY_PATH=${details.counterexamplePath ?? ""}` +
+        `${replayPath === undefined ? "" : ` QUOTA_PROPERTY_REPLAY_PATH='${replayPath}'`}\n` +
         `failure: ${why}`
     )
   }

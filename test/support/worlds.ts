@@ -6,18 +6,29 @@
  * have been applied. The auditor then keeps every world that is consistent with what was observed
  * (for each user, some prefix of the commands in flight applied, the rest not), and later replies
  * prune the worlds that predicted otherwise. No world left means a reply no sound execution explains.
+ *
+ * A write whose outcome is unknown (no crash: the COMMIT got no answer, and the server commits it later
+ * or never) fails one actor's group: that group, and every waiter the actor had parked, is answered
+ * `unavailable`, the actor reloads once the write is settled, and decides the user's later commands
+ * definitively. The test knows each such write's user and whether it was applied, not which commands
+ * it held: the auditor keeps every world in which some run of that user's `unavailable` commands was
+ * the group, applied or not as the write was.
+ *
+ * A clock that steps back: timestamps (expiry, leases, waits) are taken from the clock as it reads,
+ * nothing falls due or un-expires on the way back, and a period never goes back (model.ts, usageNow).
  */
 import type { Command } from "../../src/domain/commands.js"
 import type { Config } from "../../src/domain/config.js"
 import type { Result } from "../../src/domain/results.js"
 import type { Fired } from "./harness.js"
 import { flushTurns, settledWithin } from "./harness.js"
-import type { ModelState, Wake } from "./model.js"
+import type { ModelState, ModelUser, Wake } from "./model.js"
 import {
   matchesPrediction,
   modelAdvanceTo,
   modelCrash,
   modelNextDeadline,
+  modelSetClock,
   modelStep,
   normalizeActual
 } from "./model.js"
@@ -33,6 +44,21 @@ export interface AuditedSystem {
   readonly sweep: () => Promise<void>
   /** Durable rows still due at `now` (a pending hold past expiresAt, a lease past its end): after a sweep, none. */
   readonly dueRows: (now: number) => Array<string>
+  /** Sets the clock to `at`, earlier than now (TestClock.setTime). */
+  readonly setClock: (at: number) => Promise<void>
+  /** The next writes (any user's), one per entry, fail with an unknown outcome: applied later or not, as given. */
+  readonly armUnknownOutcomes: (applied: ReadonlyArray<boolean>) => void
+  /**
+   * Settles (applies or drops) the armed writes taken since the last call and tells whose they were;
+   * with `disarm`, the armed ones not taken are forgotten.
+   */
+  readonly releaseUnknownOutcomes: (disarm: boolean) => Array<UnknownOutcome>
+}
+
+/** A write that failed with an unknown outcome: one group of `user`'s, applied later or dropped. */
+export interface UnknownOutcome {
+  readonly user: string
+  readonly applied: boolean
 }
 
 interface Caller {
@@ -49,6 +75,9 @@ const worldsMax = 4_096
 
 /** Turns to let a reply that only some worlds predict arrive, before observing it as still waiting. */
 const undecidedTurns = 100
+
+/** PROTOCOL.md: what a command whose outcome the coordinator cannot vouch for is answered. */
+const unavailable: Result = { status: "unavailable" }
 
 /** `overloaded` while enqueueing: nothing was enqueued, so no world applies it. */
 const isRefused = (reply: Fired): boolean => reply.atOnce?.status === "overloaded"
@@ -230,6 +259,152 @@ export class Auditor {
       throw new Error(`${this.worlds.length} possible worlds: too many to audit`)
   }
 
+  /**
+   * The clock steps back `ms`: nothing is decided on the way. Then every user is read at once: what they
+   * report (each meter's period and usage included) must not go back with the clock.
+   */
+  async stepBack(real: AuditedSystem, ms: number): Promise<void> {
+    const to = this.now - ms
+    await real.setClock(to)
+    for (const world of this.worlds) modelSetClock(world, to)
+    await this.exchange(
+      real,
+      this.users.map((user): Command => ({ op: "get_usage", user }))
+    )
+  }
+
+  /**
+   * Fires commands with the next writes armed to fail with an unknown outcome (`applied`: whether each
+   * lands later), lets `turns` macrotask turns pass before settling those taken (once per armed write,
+   * so a user reloaded after one may fail the next), then checks every reply. Per user, the k writes
+   * of that user that failed were k runs of its `unavailable` commands, in order: the auditor keeps
+   * every world in which some such runs were the failed groups (applied or dropped as their writes
+   * were), the user's waiters at each failure left the queue (answered `unavailable`), and everything
+   * else is answered as that world predicts.
+   */
+  async unknownOutcome(
+    real: AuditedSystem,
+    commands: ReadonlyArray<Command>,
+    applied: ReadonlyArray<boolean>,
+    turns: number
+  ): Promise<void> {
+    real.armUnknownOutcomes(applied)
+    const fired: Array<Caller> = commands.map((command) => ({
+      caller: this.nextCaller++,
+      command,
+      fired: real.fire(command)
+    }))
+    const failed: Array<UnknownOutcome> = []
+    for (let round = 0; round < applied.length; round += 1) {
+      await flushTurns(turns)
+      failed.push(...real.releaseUnknownOutcomes(round === applied.length - 1))
+    }
+    // Every reply but a waiting acquire_slot comes once the reloads have read the settled rows.
+    await settledWithin(
+      Promise.all(
+        fired.filter(({ command }) => command.op !== "acquire_slot").map(({ fired: reply }) => reply.promise)
+      )
+    )
+    const callers = [...this.outstanding.values(), ...fired]
+    // A waiting acquire_slot of a user that was sent something may still be answered (a release's
+    // wakeup, a reload's `unavailable`): give it time to arrive. Nothing else can answer a waiter now.
+    const touched = new Set([...fired.map(({ command }) => command.user), ...failed.map(({ user }) => user)])
+    const undecided = callers.some(
+      ({ command, fired: reply }) => !reply.settled() && touched.has(command.user)
+    )
+    await flushTurns(undecided ? undecidedTurns : 1)
+    for (const { command, fired: reply } of callers)
+      this.log.push(
+        `(unknown outcome) ${show(command)} -> ${reply.settled() ? JSON.stringify(reply.value()) : "(waiting)"}`
+      )
+    this.log.push(
+      `(unknown outcome) writes: ${failed.map(({ user, applied: landed }) => `${user} ${landed ? "applied" : "dropped"}`).join(", ") || "none taken"}`
+    )
+
+    const byUser = new Map<string, Array<Caller>>()
+    for (const entry of fired) {
+      if (isRefused(entry.fired)) continue
+      const list = byUser.get(entry.command.user) ?? []
+      list.push(entry)
+      byUser.set(entry.command.user, list)
+    }
+    const outcomesOf = new Map<string, Array<boolean>>()
+    for (const { user, applied: landed } of failed)
+      outcomesOf.set(user, [...(outcomesOf.get(user) ?? []), landed])
+    const isUnavailable = ({ fired: reply }: Caller): boolean => reply.value()?.status === "unavailable"
+    const users = [...new Set([...byUser.keys(), ...outcomesOf.keys()])]
+    const placements = users.map((user) =>
+      groupPlacements((byUser.get(user) ?? []).map(isUnavailable), outcomesOf.get(user) ?? [])
+    )
+
+    const survivors: Array<ModelState> = []
+    let firstFailure: Predictions | undefined
+    for (const world of this.worlds) {
+      for (const placement of product(placements)) {
+        const candidate = structuredClone(world)
+        const predicted: Predictions = new Map()
+        for (const caller of this.outstanding.keys()) predicted.set(caller, "waits")
+        for (const { caller, fired: reply } of fired)
+          if (isRefused(reply)) predicted.set(caller, reply.atOnce!)
+        /** Callers a failed group answered `unavailable`: its own, those it woke, the user's waiters. */
+        const failedCallers = new Set<number>()
+        for (const [userIndex, user] of users.entries()) {
+          const groups = placement[userIndex]!
+          let before: ModelUser | undefined
+          for (const [index, { caller, command }] of (byUser.get(user) ?? []).entries()) {
+            const group = groups.find(({ start, end }) => index >= start && index < end)
+            if (group?.start === index) before = structuredClone(candidate.users[user])
+            const outcome = modelStep(this.config, candidate, command, caller)
+            if (group === undefined) {
+              predicted.set(caller, outcome.result)
+              for (const wake of outcome.wakes) predicted.set(wake.caller, wake.result)
+              continue
+            }
+            failedCallers.add(caller)
+            for (const wake of outcome.wakes) failedCallers.add(wake.caller)
+            if (index !== group.end - 1) continue
+            if (!group.applied) {
+              if (before === undefined) delete candidate.users[user]
+              else candidate.users[user] = before
+            }
+            // The actor reloads: the waiting queue was memory only.
+            for (const waiter of candidate.users[user]?.waiters.splice(0) ?? [])
+              for (const waiting of waiter.callers) failedCallers.add(waiting)
+          }
+        }
+        let consistent = true
+        for (const { caller, command, fired: reply } of callers) {
+          const expected = failedCallers.has(caller) ? unavailable : predicted.get(caller)
+          if (expected === undefined) continue
+          if (
+            expected === "waits"
+              ? reply.settled()
+              : !reply.settled() || !this.matches(expected, reply.value()!, command)
+          )
+            consistent = false
+        }
+        if (consistent) survivors.push(candidate)
+        else {
+          if (firstFailure === undefined) {
+            firstFailure = new Map(predicted)
+            for (const caller of failedCallers) firstFailure.set(caller, unavailable)
+          }
+        }
+      }
+    }
+    for (const { caller, fired: reply } of callers) if (reply.settled()) this.outstanding.delete(caller)
+    if (survivors.length === 0)
+      this.fail(
+        `no world explains the replies around ${failed.length} write(s) of unknown outcome`,
+        callers,
+        firstFailure ?? new Map()
+      )
+    this.worlds = dedupe(survivors)
+    for (const entry of fired) if (!entry.fired.settled()) this.outstanding.set(entry.caller, entry)
+    if (this.worlds.length > worldsMax)
+      throw new Error(`${this.worlds.length} possible worlds: too many to audit`)
+  }
+
   private matches(predicted: Result, actual: Result, command: Command): boolean {
     const normalized = normalizeActual(actual, jobOf(command))
     return typeof normalized !== "string" && matchesPrediction(this.config, predicted, normalized)
@@ -265,6 +440,42 @@ export class Auditor {
         `  last replies:\n    ${this.log.slice(-12).join("\n    ")}`
     )
   }
+}
+
+/** A run of one user's commands (indexes start..end-1) that was one failed group, applied or not. */
+interface FailedGroup {
+  readonly start: number
+  readonly end: number
+  readonly applied: boolean
+}
+
+/**
+ * Every way to place `outcomes.length` failed groups, in order, on disjoint runs of the commands answered
+ * `unavailable` (by index), each run of length 1 or more.
+ */
+const groupPlacements = (
+  unavailable: ReadonlyArray<boolean>,
+  outcomes: ReadonlyArray<boolean>,
+  from = 0
+): Array<Array<FailedGroup>> => {
+  if (outcomes.length === 0) return [[]]
+  const [applied, ...rest] = outcomes as [boolean, ...Array<boolean>]
+  const placements: Array<Array<FailedGroup>> = []
+  for (let start = from; start < unavailable.length; start += 1) {
+    for (let end = start + 1; end <= unavailable.length && unavailable[end - 1] === true; end += 1) {
+      for (const tail of groupPlacements(unavailable, rest, end))
+        placements.push([{ start, end, applied }, ...tail])
+    }
+  }
+  return placements
+}
+
+/** Every combination of one choice per list. */
+const product = <A>(lists: ReadonlyArray<ReadonlyArray<A>>): Array<Array<A>> => {
+  let combinations: Array<Array<A>> = [[]]
+  for (const list of lists)
+    combinations = combinations.flatMap((combination) => list.map((choice) => [...combination, choice]))
+  return combinations
 }
 
 /** Every combination of prefix lengths 0..lengths[i] per user. */
