@@ -22,7 +22,14 @@ import { assertUserState } from "../domain/invariants.js"
 import type { Result } from "../domain/results.js"
 import { unavailable } from "../domain/results.js"
 import type { UserState } from "../domain/state.js"
-import { idsToRecall, nextDeadline, planOf, rememberRecalled, userStateFromStored } from "../domain/state.js"
+import {
+  idsToRecall,
+  periodFloorToStore,
+  nextDeadline,
+  planOf,
+  rememberRecalled,
+  userStateFromStored
+} from "../domain/state.js"
 import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
 import { failedWriteRetryDelayMs, recallIdsMax } from "../domain/limits.js"
 import type { StoreShape } from "../store/Store.js"
@@ -385,6 +392,9 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
       const ctx: DecideContext = { config: settings.config, now: decidedAt, random: settings.random }
       const decided = newGroup()
       const decidedWell = decideOrReport(actor, state, envelopes, ctx, settings, decided)
+      // A period never goes back, across reloads too: the store learns the day the decisions reached.
+      const periodFloor = decidedWell ? periodFloorToStore(state) : undefined
+      if (periodFloor !== undefined) decided.events.push(periodFloor)
       // Set before the first yield: the waiters its wakeups took are answered with the group (or
       // `unavailable` with it, or by closeActor if the actor is interrupted).
       actor.inFlight = heldBy(decided, envelopes)

@@ -12,7 +12,7 @@ import type { Result } from "./results.js"
 import { unknownMeter } from "./results.js"
 import { acquireSlot, decideSystemJob, expireSlots, grantWaiters, releaseSlot, renewSlot } from "./slots.js"
 import type { UserState } from "./state.js"
-import { planOf, usageView } from "./state.js"
+import { advancePeriodFloor, planOf, usageView } from "./state.js"
 import { announceThresholds, pushUsageRow } from "./thresholds.js"
 import { meterPeriod, planNamed } from "./config.js"
 
@@ -134,6 +134,7 @@ export const decideInto = (
   output: Output,
   options: DecideOptions = {}
 ): Result | null => {
+  advancePeriodFloor(state, ctx.now)
   advance(ctx, state, output)
   const result = decideCommand(ctx, state, command, output)
   if (options.assertFull === true) assertUserState(state)

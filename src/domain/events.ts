@@ -116,6 +116,8 @@ export type StoreEvent =
     }
   /** Set the user's plan. */
   | { readonly kind: "plan"; readonly user: string; readonly plan: string }
+  /** The user's decisions have reached instant `at`: its period is the earliest current one from now on. */
+  | { readonly kind: "period_floor"; readonly user: string; readonly at: number }
   /** Set (or with null, remove) the user's limit override of a meter. */
   | { readonly kind: "limit"; readonly user: string; readonly meter: string; readonly limit: number | null }
 
@@ -147,6 +149,8 @@ export interface StoredUser {
    * reads the newest loadRememberedIdsPerUserMax of each): an id not given may still be remembered.
    */
   readonly idsTruncated?: boolean
+  /** The latest instant the store knows a decision of the user was made at (null: none). */
+  readonly periodFloorAt?: number | null
 }
 
 /** Closed holds and `adjust` ids the store remembers for a user, asked for by id (see Store.recall). */

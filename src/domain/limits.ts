@@ -39,6 +39,14 @@ export const messageBytesMax = 1_048_576
 export const idRetentionMs = 7 * 86_400_000
 
 /**
+ * A hold's consume keys are those applied since it was created, less this: a consume decided while the
+ * clock read a little earlier than the hold's `createdAt` (the clock stepped back, or another process's
+ * clock lags) is still this incarnation's. An id is reused only after its retention ended, so the
+ * keys of an earlier incarnation are days older than this.
+ */
+export const consumeKeyClockSlackMs = 86_400_000
+
+/**
  * Pending holds one user may have at once. A `reserve` of a new id past it answers `limit_reached`
  * (bound `pending_holds`): a user with ten thousand pieces of work in flight is a runaway client, and
  * each pending hold is scanned on expiry. Committing or releasing a hold makes room.

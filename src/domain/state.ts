@@ -5,7 +5,7 @@
  */
 import type { Config, Period } from "./config.js"
 import { meterPeriod, planLimit, planNamed } from "./config.js"
-import type { HoldRecord, RecalledIds, StoredUser } from "./events.js"
+import type { HoldRecord, RecalledIds, StoreEvent, StoredUser } from "./events.js"
 import { periodStartAt } from "./period.js"
 import type { MeterUsage, MeterView, UsageResult } from "./results.js"
 
@@ -83,6 +83,14 @@ export interface UserState {
    * actor asks the store for it (recall). Cleared only by a load that read everything.
    */
   idsForgotten: boolean
+  /**
+   * The latest instant a decision of this user was made at (-Infinity: none). Periods are read at the
+   * later of it and the clock: a period never goes back, whether the clock stepped back or a process
+   * whose clock lags took the user over (loaded from the store's period floor).
+   */
+  periodFloorAt: number
+  /** The day (UTC, days since the epoch) of the floor the store holds; -Infinity when none. */
+  periodFloorStoredDay: number
   /** job -> leaseExpiresAt */
   slots: ReadonlyMap<string, number>
   /**
@@ -192,6 +200,8 @@ export const emptyUserState = (user: string): UserState => ({
   closedNewest: null,
   adjustments: noEntries,
   idsForgotten: false,
+  periodFloorAt: -Infinity,
+  periodFloorStoredDay: -Infinity,
   slots: noEntries,
   slotsLeaseExpiresAtLowest: Infinity,
   waiters: noWaiters
@@ -231,7 +241,7 @@ const periodRolledOver = (current: number | null, at: number | null): boolean =>
  */
 export const meterAt = (config: Config, state: UserState, meter: string, now: number): MeterState => {
   const period: Period = meterPeriod(config, meter) ?? "none"
-  const periodStart = periodStartAt(period, now)
+  const periodStart = periodStartAt(period, Math.max(now, state.periodFloorAt))
   let meterState = state.meters.get(meter)
   if (meterState === undefined) {
     meterState = {
@@ -366,7 +376,32 @@ export const userStateFromStored = (user: string, stored: StoredUser): UserState
     state.slotsLeaseExpiresAtLowest = Math.min(state.slotsLeaseExpiresAtLowest, leaseExpiresAt)
   }
   state.idsForgotten = stored.idsTruncated === true
+  if (stored.periodFloorAt !== undefined && stored.periodFloorAt !== null) {
+    state.periodFloorAt = stored.periodFloorAt
+    state.periodFloorStoredDay = dayOf(stored.periodFloorAt)
+  }
   return state
+}
+
+const dayMs = 86_400_000
+const dayOf = (at: number): number => Math.floor(at / dayMs)
+
+/** A decision is made at `now`: the user's period floor moves up to it (never down). */
+export const advancePeriodFloor = (state: UserState, now: number): void => {
+  if (now > state.periodFloorAt) state.periodFloorAt = now
+}
+
+/**
+ * What the store must record so that a reload keeps the user's periods: the floor, when it has reached
+ * a day later than the one the store holds (periods are days and months, so once a day is enough).
+ * Undefined when the store's floor is as good. Marks it recorded: a failed write reloads the state.
+ */
+export const periodFloorToStore = (state: UserState): StoreEvent | undefined => {
+  if (state.periodFloorAt === -Infinity) return undefined
+  const day = dayOf(state.periodFloorAt)
+  if (day <= state.periodFloorStoredDay) return undefined
+  state.periodFloorStoredDay = day
+  return { kind: "period_floor", user: state.user, at: state.periodFloorAt }
 }
 
 /**

@@ -5,7 +5,7 @@
  */
 import { Effect, Layer } from "effect"
 import type { HoldRecord, QuotaEvent, StoreEvent, StoredUser } from "../domain/events.js"
-import { idRetentionMs } from "../domain/limits.js"
+import { consumeKeyClockSlackMs, idRetentionMs } from "../domain/limits.js"
 import type { StoreShape } from "./Store.js"
 import { Store, StoreUnavailable } from "./Store.js"
 
@@ -22,6 +22,7 @@ interface LedgerRow {
 
 export interface MemoryUserRows {
   plan: string | null
+  periodFloorAt: number | null
   readonly limits: Map<string, number>
   readonly holds: Map<string, HoldRecord>
   readonly ledger: Array<LedgerRow>
@@ -79,6 +80,7 @@ const rowsOf = (rows: Map<string, MemoryUserRows>, user: string): MemoryUserRows
   if (userRows === undefined) {
     userRows = {
       plan: null,
+      periodFloorAt: null,
       limits: new Map(),
       holds: new Map(),
       ledger: [],
@@ -142,6 +144,9 @@ export const makeMemoryStore = (options: MemoryStoreOptions = {}): MemoryStore =
       case "plan":
         userRows.plan = event.plan
         return
+      case "period_floor":
+        userRows.periodFloorAt = Math.max(userRows.periodFloorAt ?? -Infinity, event.at)
+        return
       case "limit":
         if (event.limit === null) userRows.limits.delete(event.meter)
         else userRows.limits.set(event.meter, event.limit)
@@ -165,13 +170,15 @@ export const makeMemoryStore = (options: MemoryStoreOptions = {}): MemoryStore =
     for (const entry of userRows.ledger) {
       if (entry.operation !== "consume" || entry.holdId === null) continue
       // Only the current hold's keys: a hold id reused after retention starts with none.
-      if (entry.at < (userRows.holds.get(entry.holdId)?.createdAt ?? Infinity)) continue
+      if (entry.at < (userRows.holds.get(entry.holdId)?.createdAt ?? Infinity) - consumeKeyClockSlackMs)
+        continue
       const keys = consumeKeys.get(entry.holdId) ?? []
       keys.push(entry.key)
       consumeKeys.set(entry.holdId, keys)
     }
     return {
       plan: userRows.plan,
+      ...(userRows.periodFloorAt === null ? {} : { periodFloorAt: userRows.periodFloorAt }),
       limitOverrides: [...userRows.limits].map(([meter, limit]) => ({ meter, limit })),
       usage: [...latestUsage.values()],
       holds: [...userRows.holds.values()]

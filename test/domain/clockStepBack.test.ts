@@ -71,6 +71,42 @@ describe("a clock that steps back across a period boundary", () => {
     })
   })
 
+  it("a reload while the clock reads earlier keeps the period the store's floor says", () => {
+    // March used its whole limit; a reserve was granted in April; the process crashed and the user was
+    // loaded again by a process whose clock reads March 31.
+    const state = userStateFromStored("u1", {
+      plan: null,
+      limitOverrides: [],
+      usage: [{ meter: "analysis", periodStart: marchFirst, used: 5_000 }],
+      holds: [
+        {
+          id: "april",
+          meter: "analysis",
+          amount: 5_000,
+          consumed: 0,
+          state: "pending",
+          expiresAt: afterBoundary + 600_000,
+          createdAt: afterBoundary,
+          closedAt: null,
+          consumeKeys: []
+        }
+      ],
+      adjustments: [],
+      slots: [],
+      periodFloorAt: afterBoundary
+    })
+    const committed = decide(state, commit("april"), ctxAt(beforeBoundary))
+    expect(committed.result).toMatchObject({ status: "committed", used: 5_000, limit: 5_000 })
+    expect(usageRowsOf(committed.events).map((row) => [row.periodStart, row.used])).toEqual([
+      [aprilFirst, 5_000]
+    ])
+    // April's limit is used: nothing more is granted, whichever month the clock reads.
+    expect(decide(state, reserve("more", 1), ctxAt(beforeBoundary)).result?.status).toBe("insufficient_quota")
+    expect(decide(state, reserve("more", 1), ctxAt(afterBoundary + 1_000)).result?.status).toBe(
+      "insufficient_quota"
+    )
+  })
+
   it("still rolls over when the clock moves forward into a new period", () => {
     const state = emptyUserState("u1")
     decide(state, reserve("a", 5_000), ctxAt(marchFirst + 1_000))

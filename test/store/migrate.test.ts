@@ -37,6 +37,7 @@ describe("migrate", () => {
       "holds",
       "members",
       "partition_owners",
+      "period_floors",
       "schema_migrations",
       "settings",
       "slots",

@@ -4,6 +4,7 @@
  * come back as JSON numbers, exact up to 2^53-1.
  */
 import type { HoldRecord, RecalledIds, StoredUser } from "../../domain/events.js"
+import { consumeKeyClockSlackMs } from "../../domain/limits.js"
 import { fromStoredText, isEscapedText } from "./storedText.js"
 import { periodNoneSentinel } from "./writeEvents.js"
 
@@ -20,8 +21,9 @@ const holdJson = (schema: string, hold: string, user: string): string => `json_b
     from "${schema}".usage_ledger as entry
     where entry.user_id = ${user} and entry.operation = 'consume'
       and coalesce(entry.hold_id, '') = ${hold}.id
-      -- Only this incarnation's keys: a hold id reused after retention starts with none.
-      and entry.at >= ${hold}.created_at
+      -- Only this incarnation's keys (a hold id reused after retention starts with none), with a slack
+      -- for a clock that read earlier than the hold's creation when the key was applied.
+      and entry.at >= ${hold}.created_at - ${consumeKeyClockSlackMs}
   ), '[]'::json))`
 
 /**
@@ -35,6 +37,7 @@ export const loadUsersSql = (schema: string): string => `
   cross join lateral (
     select
       (select plan from "${schema}".user_plans where user_id = wanted.user_id) as plan,
+      (select floor_at from "${schema}".period_floors where user_id = wanted.user_id) as period_floor_at,
       coalesce((
         select json_agg(json_build_object('meter', meter, 'limit', limit_value))
         from "${schema}".user_limits where user_id = wanted.user_id
@@ -105,6 +108,8 @@ export interface RecallRow {
 /** A row of loadUsersSql as `pg` parses it (json columns are parsed to values). */
 export interface LoadUserRow {
   readonly plan: string | null
+  /** bigint as text (pg's default), null when none. */
+  readonly period_floor_at: string | null
   readonly limit_overrides: ReadonlyArray<{ meter: string; limit: number }>
   readonly usage: ReadonlyArray<{
     meter: string
@@ -168,7 +173,8 @@ export const storedUserFromRow = (row: LoadUserRow, keptMax: number): StoredUser
     slots: row.slots.some((slot) => isEscapedText(slot.job))
       ? row.slots.map((slot) => ({ ...slot, job: fromStoredText(slot.job) }))
       : row.slots,
-    ...(holdsTruncated || adjustmentsTruncated ? { idsTruncated: true } : {})
+    ...(holdsTruncated || adjustmentsTruncated ? { idsTruncated: true } : {}),
+    ...(row.period_floor_at === null ? {} : { periodFloorAt: Number(row.period_floor_at) })
   }
 }
 

@@ -37,6 +37,7 @@ export interface CollapsedGroup {
   }>
   readonly slotsFreed: ReadonlyArray<{ readonly user: string; readonly job: string }>
   readonly plans: ReadonlyArray<{ readonly user: string; readonly plan: string }>
+  readonly periodFloors: ReadonlyArray<{ readonly user: string; readonly at: number }>
   readonly limitsSet: ReadonlyArray<{ readonly user: string; readonly meter: string; readonly limit: number }>
   readonly limitsRemoved: ReadonlyArray<{ readonly user: string; readonly meter: string }>
   /** Events to publish, in decision order (appended as they are, like the ledger). */
@@ -53,6 +54,7 @@ export const collapseEvents = (events: ReadonlyArray<StoreEvent>): CollapsedGrou
   const usage = new Map<string, Extract<StoreEvent, { kind: "usage" }>>()
   const slots = new Map<string, Extract<StoreEvent, { kind: "slot" | "slot_freed" }>>()
   const plans = new Map<string, { user: string; plan: string }>()
+  const periodFloors = new Map<string, { user: string; at: number }>()
   const limits = new Map<string, Extract<StoreEvent, { kind: "limit" }>>()
   const published: Array<Extract<StoreEvent, { kind: "event" }>> = []
   for (const event of events) {
@@ -73,6 +75,10 @@ export const collapseEvents = (events: ReadonlyArray<StoreEvent>): CollapsedGrou
       case "plan":
         plans.set(event.user, { user: event.user, plan: event.plan })
         break
+      case "period_floor":
+        if ((periodFloors.get(event.user)?.at ?? -Infinity) < event.at)
+          periodFloors.set(event.user, { user: event.user, at: event.at })
+        break
       case "limit":
         limits.set(pairKey(event.user, event.meter), event)
         break
@@ -90,6 +96,7 @@ export const collapseEvents = (events: ReadonlyArray<StoreEvent>): CollapsedGrou
     slotsSet: slotEvents.flatMap((event) => (event.kind === "slot" ? [event] : [])),
     slotsFreed: slotEvents.flatMap((event) => (event.kind === "slot_freed" ? [event] : [])),
     plans: [...plans.values()],
+    periodFloors: [...periodFloors.values()],
     limitsSet: limitEvents.flatMap((event) =>
       event.limit === null ? [] : [{ user: event.user, meter: event.meter, limit: event.limit }]
     ),
@@ -146,6 +153,11 @@ const statementTexts = (schema: string) => ({
     insert into "${schema}".user_plans (user_id, plan)
     select * from unnest($1::text[], $2::text[])
     on conflict (user_id) do update set plan = excluded.plan`,
+  // Never lowered: a write of a process whose clock lags must not move a floor back.
+  upsertPeriodFloors: `
+    insert into "${schema}".period_floors (user_id, floor_at)
+    select * from unnest($1::text[], $2::bigint[])
+    on conflict (user_id) do update set floor_at = greatest(period_floors.floor_at, excluded.floor_at)`,
   upsertLimits: `
     insert into "${schema}".user_limits (user_id, meter, limit_value)
     select * from unnest($1::text[], $2::text[], $3::bigint[])
@@ -235,7 +247,18 @@ export const groupQueries = (
   const add = (statement: NamedStatement, rowCount: number, values: ReadonlyArray<unknown>): void => {
     if (rowCount > 0) queries.push({ ...statement, values })
   }
-  const { holds, ledger, usage, slotsSet, slotsFreed, plans, limitsSet, limitsRemoved, events } = group
+  const {
+    holds,
+    ledger,
+    usage,
+    slotsSet,
+    slotsFreed,
+    plans,
+    periodFloors,
+    limitsSet,
+    limitsRemoved,
+    events
+  } = group
   const text = <Row>(rows: ReadonlyArray<Row>, column: (row: Row) => string | null): string =>
     textArrayLiteral(rows.map(column))
   /** A column of users, hold ids, keys or jobs: stored as storedText.ts says (U+0000 escaped). */
@@ -287,6 +310,10 @@ export const groupQueries = (
   add(statements.upsertPlans, plans.length, [
     identifiers(plans, (row) => row.user),
     text(plans, (row) => row.plan)
+  ])
+  add(statements.upsertPeriodFloors, periodFloors.length, [
+    identifiers(periodFloors, (row) => row.user),
+    integer(periodFloors, (row) => row.at)
   ])
   add(statements.upsertLimits, limitsSet.length, [
     identifiers(limitsSet, (row) => row.user),
