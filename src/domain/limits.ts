@@ -249,3 +249,9 @@ export const httpIdleSocketTimeoutMs = 2_000
  */
 export const messageNestingDepthMax = 32
 
+/**
+ * Bytes of the holds one `list_holds` result carries (each hold's JSON and a comma). A listing stops
+ * before the hold that would pass it and says `more: true`, so one result always fits the protocol's
+ * 1 MiB payload with room to spare, whatever the ids hold.
+ */
+export const holdListReplyBytesMax = 262_144

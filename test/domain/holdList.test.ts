@@ -2,11 +2,13 @@
  * `list_holds` (PROTOCOL.md "Administration"): a user's holds, pending by default, closed ones still
  * remembered, or all; oldest first; at most `limit`, with `more` when there were more. Reads only.
  */
-import { describe, it } from "vitest"
+import fc from "fast-check"
+import { describe, expect, it } from "vitest"
 import type { Command, HoldListState } from "../../src/domain/commands.js"
+import { listHolds as listHoldsOf } from "../../src/domain/holdList.js"
 import type { HoldListEntry } from "../../src/domain/results.js"
 import type { Row } from "./support.js"
-import { T0, U, at, checkRow, commit, release, reserve } from "./support.js"
+import { T0, U, at, checkRow, commit, release, reserve, runRow } from "./support.js"
 
 const listHolds = (state: HoldListState = "pending", limit = 100): Command => ({
   op: "list_holds",
@@ -121,5 +123,42 @@ const rows: ReadonlyArray<Row> = [
 describe("list_holds", () => {
   it.each(rows)("$name", (row) => {
     checkRow(row)
+  })
+})
+
+describe("list_holds: bounded in bytes", () => {
+  /** Ids of characters of 1 to 4 UTF-8 bytes, and some JSON escapes into 2 or 6 bytes. */
+  const id = fc.string({
+    unit: fc.constantFrom("a", "é", "€", "😀", "\u0001", '"', "\\"),
+    minLength: 1,
+    maxLength: 40
+  })
+
+  it("lists the oldest holds whose JSON fits the bound, each with a comma, and says more when it stopped", () => {
+    fc.assert(
+      fc.property(
+        fc.uniqueArray(id, { minLength: 1, maxLength: 30 }),
+        fc.integer({ min: 0, max: 4_000 }),
+        (ids, bytesMax) => {
+          const { state } = runRow({
+            given: ids.map((holdId, index) => at(index, reserve(holdId, 1))),
+            when: listHolds("pending", 1_000)
+          })
+          const listed = listHoldsOf(
+            state,
+            { op: "list_holds", user: U, state: "pending", limit: 1_000 },
+            bytesMax
+          )
+          const sizes = ids.map(
+            (holdId, index) => Buffer.byteLength(JSON.stringify(entry(holdId, index))) + 1
+          )
+          let fitting = 0
+          for (let total = 0; fitting < sizes.length && (total += sizes[fitting]!) <= bytesMax; fitting += 1);
+          expect(listed.holds.map((hold) => hold.id)).toEqual(ids.slice(0, fitting))
+          expect(listed.more).toBe(fitting < ids.length)
+        }
+      ),
+      { numRuns: 500 }
+    )
   })
 })
