@@ -347,7 +347,7 @@ export const describeConnection = (settings: NatsConnectionSettings): Record<str
           ? `creds file ${settings.credsFile}`
           : settings.nkeyFile !== undefined
             ? `nkey seed file ${settings.nkeyFile}`
-            : settings.servers.some((server) => splitUrl(server).userInfo !== undefined)
+            : settings.servers.some((server) => (splitUrl(server).userInfo ?? "") !== "")
               ? "credentials in NATS_URL"
               : "none",
   tls:
