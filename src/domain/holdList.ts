@@ -14,6 +14,7 @@ import type { Hold, UserState } from "./state.js"
 
 type ListHolds = Extract<AdminCommand, { op: "list_holds" }>
 
+/** Its fields are what entryBytes counts: change both together. */
 const entryOf = (hold: Hold): HoldListEntry => ({
   id: hold.id,
   meter: hold.meter,
@@ -28,21 +29,50 @@ const entryOf = (hold: Hold): HoldListEntry => ({
 const byCreation = (left: Hold, right: Hold): number =>
   left.createdAt - right.createdAt || (left.id < right.id ? -1 : left.id > right.id ? 1 : 0)
 
-/** UTF-8 bytes of well-formed text (JSON.stringify escapes lone surrogates, so a pair is 4 bytes). */
-const utf8Bytes = (text: string): number => {
-  let bytes = text.length
+/** Bytes of `text` as JSON.stringify writes it in UTF-8, quotes included, without building it. */
+const jsonStringBytes = (text: string): number => {
+  let bytes = 2
   for (let index = 0; index < text.length; index += 1) {
     const unit = text.charCodeAt(index)
-    if (unit < 0x80) continue
-    if (unit < 0x800) bytes += 1
-    else if (unit >= 0xd800 && unit <= 0xdbff) {
-      // A surrogate pair: its 2 units are counted already, and it is 4 bytes.
-      bytes += 2
-      index += 1
-    } else bytes += 2
+    if (unit === 0x22 || unit === 0x5c)
+      bytes += 2 // \" and \\
+    else if (unit < 0x20)
+      // \b \t \n \f \r, the others as \u00XX
+      bytes += unit === 0x08 || unit === 0x09 || unit === 0x0a || unit === 0x0c || unit === 0x0d ? 2 : 6
+    else if (unit < 0x80) bytes += 1
+    else if (unit < 0x800) bytes += 2
+    else if (unit >= 0xd800 && unit <= 0xdfff) {
+      const next = text.charCodeAt(index + 1)
+      if (unit <= 0xdbff && next >= 0xdc00 && next <= 0xdfff) {
+        bytes += 4 // a pair: one 4-byte character
+        index += 1
+      } else bytes += 6 // a lone surrogate, escaped as \udXXX
+    } else bytes += 3
   }
   return bytes
 }
+
+/** Characters of a safe integer in decimal, as JSON writes it. */
+const decimalDigits = (value: number): number => {
+  let digits = value < 0 ? 2 : 1
+  for (let rest = Math.abs(value); rest >= 10; rest = Math.floor(rest / 10)) digits += 1
+  return digits
+}
+
+/** `{"id":,"meter":,"amount":,"consumed":,"state":,"expiresAt":,"createdAt":}` around the values. */
+const entryFrameBytes = 73
+
+/** Bytes of `JSON.stringify(entry)`, counted (a listing's bound is checked per hold: no string built). */
+const entryBytes = (entry: HoldListEntry): number =>
+  entryFrameBytes +
+  jsonStringBytes(entry.id) +
+  jsonStringBytes(entry.meter) +
+  decimalDigits(entry.amount) +
+  decimalDigits(entry.consumed) +
+  entry.state.length +
+  2 +
+  decimalDigits(entry.expiresAt) +
+  decimalDigits(entry.createdAt)
 
 /**
  * Sorts what matches (at most pendingHoldsPerUserMax + closedHoldsPerUserMax holds, tens of ms at
@@ -63,7 +93,7 @@ export const listHolds = (
     if (holds.length === command.limit) break
     const entry = entryOf(hold)
     // The entry's JSON and the comma before the next one.
-    bytes += utf8Bytes(JSON.stringify(entry)) + 1
+    bytes += entryBytes(entry) + 1
     if (bytes > replyBytesMax) break
     holds.push(entry)
   }

@@ -127,9 +127,9 @@ describe("list_holds", () => {
 })
 
 describe("list_holds: bounded in bytes", () => {
-  /** Ids of characters of 1 to 4 UTF-8 bytes, and some JSON escapes into 2 or 6 bytes. */
   const id = fc.string({
-    unit: fc.constantFrom("a", "é", "€", "😀", "\u0001", '"', "\\"),
+    // Units of 1 to 4 UTF-8 bytes, JSON escapes of 2 and 6 bytes, and surrogates alone or paired.
+    unit: fc.constantFrom("a", "é", "€", "😀", "\u0001", "\n", "\u0008", '"', "\\", "\ud800", "\udc00"),
     minLength: 1,
     maxLength: 40
   })
@@ -137,25 +137,32 @@ describe("list_holds: bounded in bytes", () => {
   it("lists the oldest holds whose JSON fits the bound, each with a comma, and says more when it stopped", () => {
     fc.assert(
       fc.property(
-        fc.uniqueArray(id, { minLength: 1, maxLength: 30 }),
-        fc.integer({ min: 0, max: 4_000 }),
-        (ids, bytesMax) => {
+        fc.uniqueArray(fc.record({ id, amount: fc.integer({ min: 1, max: 150 }) }), {
+          minLength: 1,
+          maxLength: 30,
+          selector: (hold) => hold.id
+        }),
+        fc.nat(),
+        fc.constantFrom(-1, 0),
+        (holds, cut, offByOne) => {
           const { state } = runRow({
-            given: ids.map((holdId, index) => at(index, reserve(holdId, 1))),
+            given: holds.map((hold, index) => at(index, reserve(hold.id, hold.amount))),
             when: listHolds("pending", 1_000)
           })
-          const listed = listHoldsOf(
-            state,
-            { op: "list_holds", user: U, state: "pending", limit: 1_000 },
-            bytesMax
+          const command = { op: "list_holds", user: U, state: "pending", limit: 1_000 } as const
+          // The reference: every hold's JSON as JSON.stringify writes it, and a comma.
+          const all = listHoldsOf(state, command, Infinity).holds
+          expect(all.map((hold) => [hold.id, hold.amount])).toEqual(
+            holds.map((hold) => [hold.id, hold.amount])
           )
-          const sizes = ids.map(
-            (holdId, index) => Buffer.byteLength(JSON.stringify(entry(holdId, index))) + 1
-          )
-          let fitting = 0
-          for (let total = 0; fitting < sizes.length && (total += sizes[fitting]!) <= bytesMax; fitting += 1);
-          expect(listed.holds.map((hold) => hold.id)).toEqual(ids.slice(0, fitting))
-          expect(listed.more).toBe(fitting < ids.length)
+          const sizes = all.map((hold) => Buffer.byteLength(JSON.stringify(hold)) + 1)
+          // A bound exactly at the end of some hold, or one byte short of it: a count off by one byte shows.
+          const fitting = cut % (holds.length + 1)
+          const bytesMax = sizes.slice(0, fitting).reduce((sum, size) => sum + size, 0) + offByOne
+          const listed = listHoldsOf(state, command, bytesMax)
+          const expected = offByOne === 0 ? fitting : Math.max(0, fitting - 1)
+          expect(listed.holds).toEqual(all.slice(0, expected))
+          expect(listed.more).toBe(expected < holds.length)
         }
       ),
       { numRuns: 500 }
