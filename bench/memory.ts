@@ -62,6 +62,7 @@ const idleUsers = Number(options["idle-users"])
 const discardingStore: StoreShape = {
   load: () => Effect.succeed(emptyStoredUser),
   write: () => Effect.void,
+  recall: () => Effect.succeed({ holds: [], adjustments: [] }),
   usersWithExpiries: () => Effect.succeed([]),
   ping: Effect.void
 }

@@ -361,7 +361,7 @@ const main = async () => {
   if (coordinatorOutput !== "") {
     const lastLines = coordinatorOutput.split("\n").slice(-3).join(" / ").slice(0, 600)
     remarks.push(
-      `The coordinator process wrote (last lines, LOG_LEVEL=warn): \`${lastLines.replace(/`/g, "'")}\``
+      `The coordinator process wrote (last lines, LOG_LEVEL as deployed: info): \`${lastLines.replace(/`/g, "'")}\``
     )
   }
   const report: Report = {

@@ -137,8 +137,7 @@ const runOnce = async (processes: number, round: number): Promise<RunResult> => 
       DATABASE_URL: databaseUrl(database),
       NATS_URL: natsUrl,
       QUOTA_PREFIX: prefix,
-      QUOTA_PARTITIONS: String(partitions),
-      LOG_LEVEL: "warn"
+      QUOTA_PARTITIONS: String(partitions)
     }
     for (let index = 0; index < processes; index += 1) {
       serves.push(startServe(env))

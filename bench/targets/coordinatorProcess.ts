@@ -43,12 +43,12 @@ const probeUser = "bench-probe"
  */
 export const startCoordinator = async (
   root: string,
-  env: Readonly<Record<string, string>> = {}
+  env: Readonly<Record<string, string>> = {},
+  partitions = 64
 ): Promise<CoordinatorProcess> => {
   const tag = randomBytes(4).toString("hex")
   const prefix = `bench_${tag}`
   const database = `bench_quota_${tag}`
-  const partitions = 64
   const dropDatabase = await createDatabase(database)
   const directory = await mkdtemp(join(tmpdir(), "quota-bench-"))
   const configPath = join(directory, "config.json")
@@ -77,7 +77,6 @@ export const startCoordinator = async (
         QUOTA_PARTITIONS: String(partitions),
         QUOTA_CONFIG: configPath,
         QUOTA_HTTP_ADDR: "127.0.0.1:0",
-        LOG_LEVEL: "warn",
         ...env
       },
       stdio: ["ignore", "pipe", "pipe"]

@@ -14,7 +14,8 @@ import {
   partitionsDefault,
   residentActorsMax,
   sweepIntervalMs,
-  sweepUsersPerRunMax
+  sweepUsersPerRunMax,
+  waitingActorsMax
 } from "../domain/limits.js"
 import { partitionOf } from "../domain/partition.js"
 import type { Result } from "../domain/results.js"
@@ -23,10 +24,11 @@ import { decideSystemJob } from "../domain/slots.js"
 import { Store } from "../store/Store.js"
 import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
 import { Metrics, noMetrics } from "../ops/MetricsRecorder.js"
+import { reportingClockSteps } from "./clockSteps.js"
 import { DeadlineHeap } from "./DeadlineHeap.js"
 import { RecencyList } from "./RecencyList.js"
 import type { ActorSettings, Envelope, Reply, UserActor } from "./UserActor.js"
-import { closeActor, makeEnvelope, makeUserActor, parkedCount, runUserActor } from "./UserActor.js"
+import { closeActor, endWaits, makeEnvelope, makeUserActor, parkedCount, runUserActor } from "./UserActor.js"
 
 export interface CoordinatorShape {
   /** Decides one command through its user's actor; never fails: store trouble answers `unavailable`, a full mailbox `overloaded`. */
@@ -74,12 +76,15 @@ export interface CoordinatorOptions {
   /** Recount every aggregate after each decision (tests). Default false. */
   readonly assertFull?: boolean
   readonly residentActorsMax?: number
+  readonly waitingActorsMax?: number
   readonly mailboxCapacity?: number
   readonly actorIdleMs?: number
   readonly decisionsPerWriteMax?: number
   /** Run the orphan sweep every this many ms; 0 turns the periodic sweep off (tests call sweepOnce). */
   readonly sweepIntervalMs?: number
   readonly onError?: (user: string, message: string, cause: unknown) => void
+  /** Told when the wall clock read earlier than before by a second or more (see clockSteps.ts). */
+  readonly onClockStepBack?: (latestMs: number, readMs: number) => void
   readonly onPersisted?: (events: ReadonlyArray<StoreEvent>) => void
   /** The deployment's partition count; needed by dropPartitions. Default partitionsDefault. */
   readonly partitions?: number
@@ -109,11 +114,20 @@ export const makeCoordinator = (
     const metrics = Option.getOrElse(yield* Effect.serviceOption(Metrics), () => noMetrics)
     const context = yield* Effect.context<never>()
     const runFork = Effect.runForkWith(context)
-    /** Resident actors by user, and the same actors least recently used first. */
+    /**
+     * Resident actors by user. Those resting (no run in progress) are also in one of two lists, least
+     * recently used first: `idle` (nothing parked: evicted freely to make room) and `waiting` (waiters
+     * parked, which only their waits' end lets go). A running actor is in neither. The resident cap
+     * counts every actor but the waiting ones, which have a bound of their own: actors with waiters
+     * cannot fill the cap (they did, and then each new user walked them all and was refused: issue
+     * 20), and making room takes the oldest of a list, never a walk.
+     */
     const actors = new Map<string, UserActor>()
-    const recency = new RecencyList<UserActor>()
+    const idle = new RecencyList<UserActor>()
+    const waiting = new RecencyList<UserActor>()
     const capacity = options.mailboxCapacity ?? mailboxCapacity
     const maxResident = options.residentActorsMax ?? residentActorsMax
+    const maxWaiting = options.waitingActorsMax ?? waitingActorsMax
 
     const idleMs = options.actorIdleMs ?? actorIdleMs
     const deadlines = new DeadlineHeap<string>()
@@ -143,7 +157,10 @@ export const makeCoordinator = (
     const settings: ActorSettings = {
       config: options.config,
       store,
-      now: () => clock.currentTimeMillisUnsafe(),
+      now:
+        options.onClockStepBack === undefined
+          ? () => clock.currentTimeMillisUnsafe()
+          : reportingClockSteps(() => clock.currentTimeMillisUnsafe(), options.onClockStepBack),
       random: () => random.nextDoubleUnsafe(),
       decisionsPerWriteMax: options.decisionsPerWriteMax ?? actorDecisionsPerWriteMax,
       scheduleDeadline,
@@ -161,58 +178,94 @@ export const makeCoordinator = (
       onClose: (actor) => {
         if (actors.get(actor.user) !== actor) return
         forgetResident(actor)
+      },
+      onRest: (actor) => {
+        if (actors.get(actor.user) !== actor || actor.closed) return
+        rest(actor)
       }
+    }
+
+    /**
+     * Puts a resting actor in its list as the most recently used (it has just run). Past the bound of
+     * actors with waiters, the one resting longest has its waits ended.
+     */
+    const rest = (actor: UserActor): void => {
+      unrest(actor)
+      actor.restingIn = parkedCount(actor) === 0 ? idle : waiting
+      actor.restingIn.touch(actor)
+      while (waiting.size > maxWaiting) endWaitsOf(waiting.oldest!)
+    }
+
+    /** Takes an actor out of the list of resting actors that holds it, if any. */
+    const unrest = (actor: UserActor): void => {
+      actor.restingIn?.remove(actor)
+      actor.restingIn = undefined
     }
 
     /** Takes an actor out of the resident set and forgets its deadline. */
     const forgetResident = (actor: UserActor): void => {
       // Only this actor's entry: the user may have a newer actor by now (a reply that enqueued again).
       if (actors.get(actor.user) === actor) actors.delete(actor.user)
-      recency.remove(actor)
+      unrest(actor)
       forgetDeadline(actor)
     }
 
     const isIdle = (actor: UserActor): boolean =>
       !actor.busy && parkedCount(actor) === 0 && actor.mailbox.length === 0
 
-    /** Forgets an idle actor: it has no fiber, so its memory goes with it. */
+    /** Forgets a resting actor: it has no fiber, so its memory goes with it. */
     const evict = (actor: UserActor): void => {
       forgetResident(actor)
       actor.closed = true
       actor.state = undefined
     }
 
-    /** Makes room for one more actor by evicting the least recently used idle one. */
+    /**
+     * Makes room for one more actor by evicting the least recently used idle one. O(1). False only when
+     * every actor the cap counts is running (loading, deciding or writing), which ends by itself: a new
+     * user is then `overloaded` for a moment, never for as long as someone waits.
+     */
     const evictOne = (): boolean => {
-      for (let actor = recency.oldest; actor !== undefined; actor = actor.newer) {
-        if (!isIdle(actor)) continue
-        evict(actor)
-        return true
-      }
-      return false
+      const oldest = idle.oldest
+      if (oldest === undefined) return false
+      if (!isIdle(oldest)) throw new Error(`bug: the actor of ${oldest.user} is listed idle while not idle`)
+      evict(oldest)
+      return true
+    }
+
+    /**
+     * Evicts a resting actor with waiters, answering each `busy` (its wait is over, with retryAfterMs):
+     * only past the bound of such actors. Forgotten first, so a reply that enqueues reaches a new actor.
+     */
+    const endWaitsOf = (actor: UserActor): void => {
+      if (actor.busy) throw new Error(`bug: the actor of ${actor.user} is listed resting while running`)
+      const { user, parked, state } = actor
+      actor.parked = undefined
+      evict(actor)
+      endWaits(user, parked, state, settings)
     }
 
     const actorFor = (user: string): UserActor | undefined => {
       const resident = actors.get(user)
-      if (resident !== undefined && !resident.closed) {
-        recency.touch(resident)
-        return resident
-      }
+      if (resident !== undefined && !resident.closed) return resident
       // A closed actor still mapped is forgotten before it is replaced, so it holds no resident slot.
       if (resident !== undefined) forgetResident(resident)
-      if (actors.size >= maxResident && !evictOne()) return undefined
+      if (actors.size - waiting.size >= maxResident && !evictOne()) return undefined
       const actor = makeUserActor(user, clock.currentTimeMillisUnsafe())
       actors.set(user, actor)
-      recency.touch(actor)
       return actor
     }
 
-    /** Queues a command; the actor's fiber is started if it is not running. False when the mailbox is full. */
+    /**
+     * Queues a command; the actor's fiber is started if it is not running (it leaves the resting lists
+     * until the run ends). False when the mailbox is full.
+     */
     const offer = (actor: UserActor, envelope: Envelope): boolean => {
       if (actor.mailbox.length >= capacity) return false
       actor.mailbox.push(envelope)
       if (!actor.busy) {
         actor.busy = true
+        unrest(actor)
         const fiber = runFork(runUserActor(actor, settings))
         // Kept only while it runs (the actor clears it when it stops): a finished fiber kept until the
         // user's next command was most of what the coordinator promoted to the old generation.
@@ -276,18 +329,18 @@ export const makeCoordinator = (
     )
 
     /**
-     * Evicts actors idle for idleMs (nothing queued, parked or in flight). The whole list is walked:
-     * recency moves only when a caller's command arrives, while `lastActiveAt` also moves when a timer's
-     * tick is decided, so an old entry refreshed by a tick must not stop the walk before idle ones
-     * behind it. The walk costs about 0.5 ms per 100 000 resident actors (measured), every idleMs / 4.
+     * Evicts actors idle for idleMs (nothing queued, parked or in flight). The whole idle list is
+     * walked: an actor's `lastActiveAt` is when it last decided, not when it came to rest, so the list's
+     * order is not exactly theirs. The walk costs about 0.5 ms per 100 000 resident actors (measured),
+     * every idleMs / 4.
      */
     const evictIdle = Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
-      const idle: Array<UserActor> = []
-      for (let actor = recency.oldest; actor !== undefined; actor = actor.newer) {
-        if (actor.lastActiveAt + idleMs <= now && isIdle(actor)) idle.push(actor)
+      const due: Array<UserActor> = []
+      for (let actor = idle.oldest; actor !== undefined; actor = actor.newer) {
+        if (actor.lastActiveAt + idleMs <= now && isIdle(actor)) due.push(actor)
       }
-      for (const actor of idle) evict(actor)
+      for (const actor of due) evict(actor)
     })
 
     const sweepOnce = Effect.gen(function* () {

@@ -22,11 +22,12 @@ import { assertUserState } from "../domain/invariants.js"
 import type { Result } from "../domain/results.js"
 import { unavailable } from "../domain/results.js"
 import type { UserState } from "../domain/state.js"
-import { nextDeadline, planOf, userStateFromStored } from "../domain/state.js"
+import { idsToRecall, nextDeadline, planOf, rememberRecalled, userStateFromStored } from "../domain/state.js"
 import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
-import { failedWriteRetryDelayMs } from "../domain/limits.js"
+import { failedWriteRetryDelayMs, recallIdsMax } from "../domain/limits.js"
 import type { StoreShape } from "../store/Store.js"
-import type { RecencyLinks } from "./RecencyList.js"
+import { busyResult } from "../domain/slots.js"
+import type { RecencyLinks, RecencyList } from "./RecencyList.js"
 
 /** Called exactly once with the command's result: the actor's only way to answer. */
 export type Reply = (result: Result) => void
@@ -74,6 +75,8 @@ export interface ActorSettings {
    * servable here, a close requested by releaseWaiters, an interruption or a crash.
    */
   readonly onClose: (actor: UserActor) => void
+  /** Called when a run ends and the actor stays open: it rests, idle or with waiters parked. */
+  readonly onRest: (actor: UserActor) => void
 }
 
 /** The recency links are the coordinator's (RecencyList); nothing else reads or writes them. */
@@ -87,8 +90,11 @@ export interface UserActor extends RecencyLinks<UserActor> {
   running: Fiber.Fiber<void> | undefined
   /** Loaded on the fiber's first run; undefined until then and after a failed write (reloaded). */
   state: UserState | undefined
-  /** `acquire_slot` callers waiting in the user's FIFO queue, by job (made on first use). */
-  parked: Map<string, Array<Envelope>> | undefined
+  /**
+   * The `acquire_slot` request waiting in the user's FIFO queue, by job (made on first use): one per
+   * job, as the domain queues one waiter per job (a repeat wakes the earlier request `busy`).
+   */
+  parked: Map<string, Envelope> | undefined
   closed: boolean
   /**
    * Its partition is being stopped: once the mailbox is empty the run closes the actor instead of
@@ -101,6 +107,8 @@ export interface UserActor extends RecencyLinks<UserActor> {
   scheduledDeadline: number
   /** When it last decided something (Clock ms): idle eviction reads it. */
   lastActiveAt: number
+  /** The coordinator's list of resting actors that holds it; undefined while it runs. Only the coordinator writes it. */
+  restingIn: RecencyList<UserActor> | undefined
 }
 
 export const makeUserActor = (user: string, lastActiveAt: number): UserActor => ({
@@ -115,6 +123,7 @@ export const makeUserActor = (user: string, lastActiveAt: number): UserActor => 
   inFlight: noEnvelopes,
   scheduledDeadline: Infinity,
   lastActiveAt,
+  restingIn: undefined,
   newer: undefined,
   older: undefined
 })
@@ -153,9 +162,8 @@ const answerHeld = (actor: UserActor, inFlight: ReadonlyArray<Envelope>, setting
   const parked = actor.parked
   actor.parked = undefined
   const current = new Set(inFlight)
-  for (const waiting of parked?.values() ?? []) {
-    for (const envelope of waiting)
-      if (!current.has(envelope)) answer(envelope, unavailable, settings, actor.user)
+  for (const envelope of parked?.values() ?? []) {
+    if (!current.has(envelope)) answer(envelope, unavailable, settings, actor.user)
   }
   answerAll(inFlight, unavailable, settings, actor.user)
 }
@@ -181,6 +189,27 @@ export const closeActor = (
   answerAll(actor.mailbox.splice(0), unavailable, settings, actor.user)
 }
 
+/**
+ * Ends the waits of a resting actor's parked waiters, answering each `busy` (its wait is over, with
+ * retryAfterMs): what the coordinator does to the actor resting longest with waiters when more actors
+ * than their bound (waitingActorsMax) rest with waiters. Their place in the queue was memory only, as
+ * after a crash; they retry. The caller forgets the actor first, so a reply that enqueues again
+ * reaches a new one.
+ */
+export const endWaits = (
+  user: string,
+  parked: ReadonlyMap<string, Envelope> | undefined,
+  state: UserState | undefined,
+  settings: ActorSettings
+): void => {
+  if (parked === undefined || state === undefined) return
+  const ctx: DecideContext = { config: settings.config, now: settings.now(), random: settings.random }
+  for (const envelope of parked.values()) {
+    settings.metrics.slotBusy(planOf(settings.config, state))
+    answer(envelope, busyResult(ctx, state), settings, user)
+  }
+}
+
 const load = (actor: UserActor, settings: ActorSettings): Effect.Effect<Option.Option<UserState>> =>
   Effect.gen(function* () {
     const loaded = yield* Effect.exit(settings.store.load(actor.user, settings.now()))
@@ -198,17 +227,18 @@ interface Group {
   readonly replies: Array<readonly [Envelope, Result]>
   /** The domain's wakeups, appended by decideInto; each is read into `woken` right after its command. */
   readonly wakeups: Array<Wakeup>
-  /** What the wakeups answer: the envelopes parked for the job at the moment it was woken. */
-  readonly woken: Array<readonly [ReadonlyArray<Envelope>, Result]>
+  /** What the wakeups answer: the envelope parked for the job at the moment it was woken. */
+  readonly woken: Array<readonly [Envelope, Result]>
 }
 
 const newGroup = (): Group => ({ events: [], replies: [], wakeups: [], woken: [] })
 
 /**
  * Decides the group's commands in order into `group`; parks waiting `acquire_slot` replies. A wakeup
- * takes the envelopes parked for its job when it is decided, so a retry that a later command of the
+ * takes the envelope parked for its job when it is decided, so a retry that a later command of the
  * same group parks again waits for a wakeup of its own (answered with the earlier one's `busy`, its
- * caller would not know the slot the domain later grants it). May throw on an invariant violation.
+ * caller would not know the slot the domain later grants it). A repeat of a waiting job is woken that
+ * way before it is parked: a job never has two envelopes parked. May throw on an invariant violation.
  */
 const decideGroup = (
   actor: UserActor,
@@ -233,9 +263,9 @@ const decideGroup = (
     if (result !== null) group.replies.push([envelope, result])
     else if (command.op === "acquire_slot") {
       actor.parked ??= new Map()
-      const waiting = actor.parked.get(command.job) ?? []
-      waiting.push(envelope)
-      actor.parked.set(command.job, waiting)
+      if (actor.parked.has(command.job))
+        throw new Error(`bug: a second request parked for job ${command.job} (the domain woke none)`)
+      actor.parked.set(command.job, envelope)
     } else group.replies.push([envelope, { status: "ok" }])
   }
   if (actor.parked?.size === 0) actor.parked = undefined
@@ -243,7 +273,7 @@ const decideGroup = (
 
 /** What a group answers: the envelopes its wakeups took (parked by earlier groups), then its commands. */
 const heldBy = (group: Group, envelopes: ReadonlyArray<Envelope>): ReadonlyArray<Envelope> =>
-  group.woken.length === 0 ? envelopes : [...group.woken.flatMap(([waiting]) => waiting), ...envelopes]
+  group.woken.length === 0 ? envelopes : [...group.woken.map(([waiting]) => waiting), ...envelopes]
 
 /**
  * One run of the actor: load if needed, then decide groups until the mailbox is empty. Every failure
@@ -280,6 +310,43 @@ const decideOrReport = (
   }
 }
 
+/**
+ * Brings into memory the closed holds and `adjust` ids the group's commands name that memory may have
+ * forgotten (none unless the state says it forgot some). False (reported) when the store failed.
+ */
+const recallForgottenIds = (
+  actor: UserActor,
+  state: UserState,
+  envelopes: ReadonlyArray<Envelope>,
+  settings: ActorSettings
+): Effect.Effect<boolean> => {
+  const wanted = idsToRecall(
+    state,
+    envelopes.map((envelope) => envelope.command)
+  )
+  if (wanted.holds.length === 0 && wanted.adjustments.length === 0) return Effect.succeed(true)
+  return Effect.gen(function* () {
+    for (let from = 0; from < wanted.holds.length || from < wanted.adjustments.length; from += recallIdsMax) {
+      const recalled = yield* Effect.exit(
+        settings.store.recall(
+          actor.user,
+          {
+            holds: wanted.holds.slice(from, from + recallIdsMax),
+            adjustments: wanted.adjustments.slice(from, from + recallIdsMax)
+          },
+          settings.now()
+        )
+      )
+      if (Exit.isFailure(recalled)) {
+        settings.onError(actor.user, "recall failed", Cause.squash(recalled.cause))
+        return false
+      }
+      rememberRecalled(state, recalled.value)
+    }
+    return true
+  })
+}
+
 const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<void> =>
   Effect.gen(function* () {
     let state = actor.state
@@ -300,6 +367,7 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
         if (actor.closeRequested) return closeActor(actor, settings)
         actor.busy = false
         actor.running = undefined
+        settings.onRest(actor)
         return
       }
       const envelopes = actor.mailbox.splice(0, settings.decisionsPerWriteMax)
@@ -307,6 +375,12 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
       // stale, so nothing is decided from it: this group, the queue and the parked waiters (whose
       // place in the queue was memory only) are answered `unavailable`, and the next command reloads.
       if (!settings.servable(actor.user)) return closeActor(actor, settings, envelopes)
+      // Ids memory no longer holds (a capped load, the cap) are asked of the store first: the retry
+      // window holds through the store, not only through what this actor happens to remember.
+      if (!(yield* recallForgottenIds(actor, state, envelopes, settings))) {
+        answerAll(envelopes, unavailable, settings, actor.user)
+        continue
+      }
       const decidedAt = settings.now()
       const ctx: DecideContext = { config: settings.config, now: decidedAt, random: settings.random }
       const decided = newGroup()
@@ -341,7 +415,7 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
         }
         for (const [waiting, result] of confirmed.woken) {
           if (result.status === "busy") settings.metrics.slotBusy(planOf(settings.config, state))
-          answerAll(waiting, result, settings, actor.user)
+          answer(waiting, result, settings, actor.user)
         }
       }
       actor.lastActiveAt = decidedAt

@@ -138,6 +138,8 @@ export const describeResult = (
       return `unknown_meter: the coordinator's configuration has no meter ${quoted(command["meter"])}`
     case "invalid_request":
       return `invalid_request: ${terminalSafe(result.error)}`
+    case "limit_reached":
+      return `limit_reached: user ${user} is at the coordinator's ${terminalSafe(String(result.bound))} bound (${result.max}); commit or release holds, or end jobs, first`
     case "wrong_partition":
       return "wrong_partition: QUOTA_PARTITIONS here differs from the coordinator's (set it to the deployment's)"
     default:

@@ -8,7 +8,12 @@ import type { Scope } from "effect"
 import type { CoordinatorShape } from "../actors/Coordinator.js"
 import { Coordinator, coordinatorLayer } from "../actors/Coordinator.js"
 import type { OwnershipOptions, OwnershipState } from "../cluster/PartitionOwnership.js"
-import { leaveOwnership, makeOwnershipState, runOwnership } from "../cluster/PartitionOwnership.js"
+import {
+  leaveOwnership,
+  makeOwnershipState,
+  memberLockLost,
+  runOwnership
+} from "../cluster/PartitionOwnership.js"
 import { partitionOf } from "../domain/partition.js"
 import type { Fence } from "../store/Fence.js"
 import { makeOwnershipQueries } from "../store/postgres/ownership.js"
@@ -117,6 +122,11 @@ export const coordinatorLayerFor = (
           servable: (user: string) => ownership.servable(partitionOf(user, partitions))
         }),
     onError: (user, message, cause) => logger.error({ user, err: cause }, message),
+    onClockStepBack: (latestMs, readMs) =>
+      logger.warn(
+        { latest: new Date(latestMs).toISOString(), read: new Date(readMs).toISOString() },
+        "the wall clock stepped back: decisions keep the latest period of each meter (a period never goes back)"
+      ),
     onPersisted: logPersisted(logger)
   })
 
@@ -178,11 +188,22 @@ const startOwnership = (
         queryTimeoutMs: Math.max(500, Math.floor(settings.partitionLeaseMs / 2))
       })
     )
-    const memberLock = yield* holdMemberLock(target.connectionString, (reason) =>
-      logger.warn(
-        { owner: ownership.owner },
-        `${reason}: taking it again (meanwhile others may take this process's partitions)`
-      )
+    const runFork = Effect.runForkWith(yield* Effect.context<never>())
+    // Set below, once the options exist; the lock is first taken before them.
+    let onMemberLockLost = (_reason: string): void => {}
+    ownership.memberLockHeld = false
+    const memberLock = yield* holdMemberLock(
+      target.connectionString,
+      (reason) => {
+        logger.warn(
+          { owner: ownership.owner },
+          `${reason}: answering for no partition and stepping down from all until it is held again`
+        )
+        onMemberLockLost(reason)
+      },
+      () => {
+        ownership.memberLockHeld = true
+      }
     )
     const options: OwnershipOptions = {
       state: ownership,
@@ -200,6 +221,11 @@ const startOwnership = (
           Effect.andThen(server.stopPartitions(partitions), coordinator.dropPartitions(partitions))
         ),
       log: (message, fields) => logger.info({ owner: ownership.owner, ...fields }, message)
+    }
+    onMemberLockLost = (reason) => {
+      // memberLockLost stops the answers at once; the step-down (subscriptions, actors) runs on.
+      runFork(memberLockLost(options, reason))
+      ownership.wake()
     }
     yield* Effect.forkScoped(runOwnership(options))
     return options

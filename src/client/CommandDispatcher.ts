@@ -11,7 +11,8 @@
  * Retries: `unavailable` and `overloaded` results, no responders and timeouts put the command back in
  * its lane after a capped exponential backoff with jitter. The command is re-sent byte for byte, so
  * its `id`/`job`/`key` is the same and the coordinator answers a repeat with `exists` rather than
- * granting twice. Everything else is an answer (`busy` included) or a failure that retrying cannot fix.
+ * granting twice. Everything else is an answer (`busy` and `limit_reached` included: a per-user bound
+ * answers the same until the caller frees something) or a failure that retrying cannot fix.
  */
 import { TimeoutError } from "@nats-io/transport-node"
 import type { Msg, NatsConnection } from "@nats-io/transport-node"

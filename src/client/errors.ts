@@ -95,7 +95,10 @@ export class SlotBusy extends Data.TaggedError("SlotBusy")<{
   }
 }
 
-/** `withSlot`: the acquire was refused for another reason than `busy` (`invalid_request`, `wrong_partition`). */
+/**
+ * `withSlot`: the acquire was refused for another reason than `busy` (`invalid_request`,
+ * `wrong_partition`, `limit_reached`).
+ */
 export class SlotNotGranted extends Data.TaggedError("SlotNotGranted")<{
   readonly result: Result
 }> {

@@ -1,7 +1,9 @@
 /**
  * What each client method takes and answers: PROTOCOL.md's fields and result shapes, per operation.
  * The results reuse the domain's result types; `unavailable` and `overloaded` never reach a caller
- * (the client retries them, then fails with `QuotaRetriesExhausted`).
+ * (the client retries them, then fails with `QuotaRetriesExhausted`). `limit_reached` (revision 1.2: a
+ * per-user bound of the coordinator) does, unretried: the same command would get the same answer until
+ * the caller frees what the bound counts.
  */
 import type {
   AdjustResult,
@@ -9,6 +11,7 @@ import type {
   HoldResult,
   InsufficientQuotaResult,
   InvalidRequestResult,
+  LimitReachedResult,
   NotFoundResult,
   OkResult,
   SlotResult,
@@ -117,12 +120,13 @@ export type Echoed<R> = R & { readonly ref?: string }
 export type CommandRejected = InvalidRequestResult | WrongPartitionResult
 
 export type ReserveResult = Echoed<
-  HoldResult | InsufficientQuotaResult | UnknownMeterResult | CommandRejected
+  HoldResult | InsufficientQuotaResult | UnknownMeterResult | LimitReachedResult | CommandRejected
 >
-/** `consume`, `commit`, `release` and `extend`. */
-export type HoldChangeResult = Echoed<HoldResult | NotFoundResult | CommandRejected>
+/** `consume`, `commit`, `release` and `extend` (only `consume` may answer `limit_reached`: bound `consume_keys`). */
+export type HoldChangeResult = Echoed<HoldResult | NotFoundResult | LimitReachedResult | CommandRejected>
 export type AdjustCommandResult = Echoed<AdjustResult | UnknownMeterResult | CommandRejected>
-export type SlotCommandResult = Echoed<SlotResult | CommandRejected>
+/** Slot commands (only `acquire_slot` may answer `limit_reached`: bounds `slot_waiters` and `slots`). */
+export type SlotCommandResult = Echoed<SlotResult | LimitReachedResult | CommandRejected>
 export type GetUsageResult = Echoed<UsageResult | CommandRejected>
 export type ListHoldsResult = Echoed<HoldListResult | CommandRejected>
 export type SetPlanResult = Echoed<OkResult | UnknownPlanResult | CommandRejected>

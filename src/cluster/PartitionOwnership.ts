@@ -22,12 +22,22 @@ export interface OwnershipState {
   /** partition -> epoch this process holds it under. */
   readonly epochs: Map<number, number>
   /**
-   * partition -> until when (performance.now(), ms) this process may answer for it: when its last
-   * successful renewal or claim was sent, plus most of the lease. The database's lease began no
-   * earlier, so past this moment another process may own it; a process that was paused finds its
-   * time passed and answers `unavailable` instead of deciding from memory that may be stale.
+   * partition -> until when this process may answer for it: when its last successful renewal or claim
+   * was sent, plus most of the lease. The database's lease began no earlier, so past this moment
+   * another process may own it; a process that was paused finds its time passed and answers
+   * `unavailable` instead of deciding from memory that may be stale. Read on two clocks, and both
+   * must agree: the monotonic one (performance.now()) is immune to wall-clock steps but stands still
+   * while the machine is suspended; the wall clock (Date.now()) runs on through a suspend.
    */
-  readonly servableUntil: Map<number, number>
+  readonly servableUntil: Map<number, ServableUntil>
+  /**
+   * Whether this process holds its member lock (src/store/postgres/memberLock.ts). Once the lock's
+   * session has ended, the others may claim every partition of this process at once, so it answers
+   * for none (servable is false), steps down from all, and claims nothing until the lock is held again.
+   */
+  memberLockHeld: boolean
+  /** Counts member-lock losses: a claim sent before a loss and answered after it is handed back. */
+  memberLockLosses: number
   /** Partitions a write found superseded: stepped down from at once (the round is woken). */
   readonly superseded: Set<number>
   readonly fence: Fence
@@ -46,18 +56,43 @@ export interface OwnershipState {
 /** The part of the lease a process counts on locally; the rest absorbs scheduling delays. */
 export const servableShareOfLease = 0.8
 
+/** The end of a partition's local deadline on both clocks (see OwnershipState.servableUntil). */
+export interface ServableUntil {
+  readonly monotonicMs: number
+  readonly wallMs: number
+}
+
+/** Moments a request was sent, on both clocks: a deadline counts from before the database's lease began. */
+interface SentAt {
+  readonly monotonicMs: number
+  readonly wallMs: number
+}
+
+const sentNow = (): SentAt => ({ monotonicMs: performance.now(), wallMs: Date.now() })
+
+const servableFrom = (sent: SentAt, forMs: number): ServableUntil => ({
+  monotonicMs: sent.monotonicMs + forMs,
+  wallMs: sent.wallMs + forMs
+})
+
 export const makeOwnerId = (): string => `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`
 
 export const makeOwnershipState = (owner: string = makeOwnerId()): OwnershipState => {
   const epochs = new Map<number, number>()
-  const servableUntil = new Map<number, number>()
+  const servableUntil = new Map<number, ServableUntil>()
   const superseded = new Set<number>()
   const state: OwnershipState = {
     owner,
     epochs,
     servableUntil,
     superseded,
-    servable: (partition) => epochs.has(partition) && performance.now() < (servableUntil.get(partition) ?? 0),
+    servable: (partition) => {
+      if (!state.memberLockHeld || !epochs.has(partition)) return false
+      const until = servableUntil.get(partition)
+      return until !== undefined && performance.now() < until.monotonicMs && Date.now() < until.wallMs
+    },
+    memberLockHeld: true,
+    memberLockLosses: 0,
     wake: () => {},
     leaving: false,
     loopStarted: false,
@@ -141,9 +176,12 @@ export const ownershipRound = (options: OwnershipOptions) =>
     const share = new Set(fairShare(state.owner, members, options.partitions))
 
     const servableFor = leaseMs * servableShareOfLease
-    const renewSentAt = performance.now()
+    const renewSentAt = sentNow()
     const kept = yield* queries.renew(state.owner, state.epochs, leaseMs)
-    for (const partition of kept) state.servableUntil.set(partition, renewSentAt + servableFor)
+    // Only those still held: a member lock lost while the renewal was in flight stepped down from all.
+    for (const partition of kept)
+      if (state.epochs.has(partition))
+        state.servableUntil.set(partition, servableFrom(renewSentAt, servableFor))
     yield* stepDown(
       options,
       [...state.epochs.keys()].filter((partition) => !kept.has(partition)),
@@ -156,16 +194,26 @@ export const ownershipRound = (options: OwnershipOptions) =>
       yield* queries.release(state.owner, handOff)
     }
 
-    // Leaving: a claim now would hold a lease that nobody renews or serves.
-    if (state.leaving) return
+    // Leaving: a claim now would hold a lease that nobody renews or serves. Without the member lock the
+    // others take this process for dead and may claim whatever it holds at any moment.
+    if (state.leaving || !state.memberLockHeld) return
     // A partition a write found superseded during this round is not claimed until a round has stepped
     // down from it: a fresh epoch over its actors still resident would let their stale memory decide,
     // and write, under the new epoch. The fence woke the loop, so that round comes next.
     const wanted = [...share].filter(
       (partition) => !state.epochs.has(partition) && !state.superseded.has(partition)
     )
-    const claimSentAt = performance.now()
+    const claimSentAt = sentNow()
+    const lossesBefore = state.memberLockLosses
     const claimed = yield* queries.claim(state.owner, wanted, leaseMs, dead)
+    if (claimed.size > 0 && (state.memberLockLosses !== lossesBefore || !state.memberLockHeld)) {
+      // The member lock was lost while the claim was in flight: the others may already take these.
+      yield* queries.release(state.owner, claimed)
+      options.log("released partitions claimed while the member lock was lost", {
+        partitions: [...claimed.keys()]
+      })
+      return
+    }
     if (claimed.size > 0 && state.leaving) {
       // The leave began while this claim was in flight (it waited for this round at most a lease):
       // hand the leases straight back instead of serving partitions nobody will renew.
@@ -176,10 +224,23 @@ export const ownershipRound = (options: OwnershipOptions) =>
     if (claimed.size > 0) {
       for (const [partition, epoch] of claimed) {
         state.epochs.set(partition, epoch)
-        state.servableUntil.set(partition, claimSentAt + servableFor)
+        state.servableUntil.set(partition, servableFrom(claimSentAt, servableFor))
       }
       const partitions = [...claimed.keys()].sort((left, right) => left - right)
-      yield* options.serve(partitions)
+      // A claim counts only once its serving started (subscriptions flushed, publishers running): a
+      // partition claimed but half served would be renewed by every later round and never served
+      // properly (no publisher: its outbox fills and then every change that records an event is
+      // refused). So a failed start is undone, the leases handed back, and a later round claims again.
+      const served = yield* Effect.exit(options.serve(partitions))
+      if (Exit.isFailure(served)) {
+        yield* stepDown(options, partitions, "serving the claimed partitions failed")
+        yield* queries.release(state.owner, claimed)
+        options.log("serving claimed partitions failed: released them to be claimed again", {
+          partitions,
+          error: String(Cause.squash(served.cause))
+        })
+        return
+      }
       options.log("claimed partitions", {
         partitions,
         members: members.length,
@@ -187,6 +248,21 @@ export const ownershipRound = (options: OwnershipOptions) =>
       })
     }
   })
+
+/**
+ * The member lock's session ended: from now on the others may claim this process's partitions at any
+ * moment (they take it for dead), and its memory of them may go stale without any write to fence. It
+ * answers for none of them from this instant (servable reads memberLockHeld), steps down from every
+ * one (subscriptions stopped, in-flight answered, actors dropped), and claims again only through a
+ * normal round once the lock is held again (memberLockHeld set back by whoever holds the lock).
+ */
+export const memberLockLost = (options: OwnershipOptions, reason: string): Effect.Effect<void> => {
+  // At once, not when the returned step-down runs: no answer from memory after this call.
+  const { state } = options
+  state.memberLockHeld = false
+  state.memberLockLosses += 1
+  return stepDown(options, [...state.epochs.keys()], reason)
+}
 
 /**
  * Looks for members known dead that still hold leases, every `intervalMs`; finding one wakes the

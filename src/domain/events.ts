@@ -142,6 +142,22 @@ export interface StoredUser {
     readonly at: number
   }>
   readonly slots: ReadonlyArray<{ readonly job: string; readonly leaseExpiresAt: number }>
+  /**
+   * The store holds closed holds or `adjust` ids of the retention window beyond those given (a load
+   * reads the newest loadRememberedIdsPerUserMax of each): an id not given may still be remembered.
+   */
+  readonly idsTruncated?: boolean
+}
+
+/** Closed holds and `adjust` ids the store remembers for a user, asked for by id (see Store.recall). */
+export interface RecalledIds {
+  readonly holds: ReadonlyArray<HoldRecord & { readonly consumeKeys: ReadonlyArray<string> }>
+  readonly adjustments: ReadonlyArray<{
+    readonly id: string
+    readonly meter: string
+    readonly amount: number
+    readonly at: number
+  }>
 }
 
 export const emptyStoredUser: StoredUser = {

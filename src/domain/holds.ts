@@ -16,7 +16,7 @@ import {
   pendingHoldsPerUserMax
 } from "./limits.js"
 import type { AdjustResult, HoldResult, HoldStatus, Result } from "./results.js"
-import { invalidRequest, notFound, overloaded, unknownMeter } from "./results.js"
+import { invalidRequest, limitReached, notFound, unknownMeter } from "./results.js"
 import type { Hold, UserState } from "./state.js"
 import { announceThresholds, pushUsageRow } from "./thresholds.js"
 import {
@@ -110,7 +110,10 @@ const closeHold = (
   hold.closedAt = ctx.now
   forgetPending(state, hold)
   rememberClosed(state, hold)
-  while (state.closed.size > closedHoldsPerUserMax) forgetOldestClosed(state)
+  while (state.closed.size > closedHoldsPerUserMax) {
+    forgetOldestClosed(state)
+    state.idsForgotten = true
+  }
 }
 
 const pushHold = (state: UserState, output: Output, hold: Hold): void => {
@@ -131,7 +134,8 @@ export const reserve = (
   const closedHold = state.closed.get(command.id)
   if (closedHold !== undefined) return holdResult(ctx, state, "closed", closedHold)
   if (meterPeriod(ctx.config, command.meter) === undefined) return unknownMeter
-  if (state.pending.size >= pendingHoldsPerUserMax) return overloaded
+  if (state.pending.size >= pendingHoldsPerUserMax)
+    return limitReached("pending_holds", pendingHoldsPerUserMax)
 
   const meterState = meterAt(ctx.config, state, command.meter, ctx.now)
   // PROTOCOL.md: past 2^53-1 for `used` or `reserved` is invalid; their sum is only ever compared to a limit.
@@ -178,7 +182,9 @@ export const consume = (
   if (hold === undefined) return notFound
   if (hold.consumeKeys?.has(command.key) === true) return holdResult(ctx, state, "exists", hold)
   if (hold.state !== "pending") return holdResult(ctx, state, "closed", hold)
-  if ((hold.consumeKeys?.size ?? 0) >= consumeKeysPerHoldMax) return overloaded
+  if ((hold.consumeKeys?.size ?? 0) >= consumeKeysPerHoldMax) {
+    return limitReached("consume_keys", consumeKeysPerHoldMax)
+  }
   const meterState = meterAt(ctx.config, state, hold.meter, ctx.now)
   if (wouldOverflow(meterState.used, command.amount) || wouldOverflow(hold.consumed, command.amount)) {
     return invalidRequest("amount: would take the meter's used past 2^53-1")
@@ -292,6 +298,7 @@ export const adjust = (
     const oldest = adjustments.keys().next().value
     if (oldest === undefined) break
     adjustments.delete(oldest)
+    state.idsForgotten = true
   }
   recordUsage(ctx, state, output, {
     meter: command.meter,

@@ -50,7 +50,10 @@ export const assertSlotsWithinLimit = (state: UserState, limit: number | null): 
   )
 }
 
-/** Full recount: the per-meter aggregates equal what the holds say. O(holds); run where cost allows (tests, load). */
+/**
+ * Full recount: the per-meter aggregates equal what the holds say, and the expiry bounds are below every
+ * hold's and lease's end. O(holds + slots); run where cost allows (tests, load).
+ */
 export const assertUserState = (state: UserState): void => {
   const recount = new Map<string, { reserved: number; pendingHolds: number }>()
   for (const hold of state.pending.values()) {
@@ -83,6 +86,12 @@ export const assertUserState = (state: UserState): void => {
     inOrder === state.closed.size && newest === state.closedNewest,
     `${state.user}: ${state.closed.size} closed holds, ${inOrder} in closing order (or its newest misplaced)`
   )
+  for (const [job, leaseExpiresAt] of state.slots) {
+    assert(
+      state.slotsLeaseExpiresAtLowest <= leaseExpiresAt,
+      `${state.user}/${job}: lease ends at ${leaseExpiresAt}, before the lowest bound ${state.slotsLeaseExpiresAtLowest}`
+    )
+  }
   for (const [meter, meterState] of state.meters) {
     assertMeter(state, meter)
     const expected = recount.get(meter) ?? { reserved: 0, pendingHolds: 0 }

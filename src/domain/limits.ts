@@ -39,22 +39,39 @@ export const messageBytesMax = 1_048_576
 export const idRetentionMs = 7 * 86_400_000
 
 /**
- * Pending holds one user may have at once. `reserve` past it answers `overloaded`: a user with ten
- * thousand pieces of work in flight is a runaway client, and each pending hold is scanned on expiry.
+ * Pending holds one user may have at once. A `reserve` of a new id past it answers `limit_reached`
+ * (bound `pending_holds`): a user with ten thousand pieces of work in flight is a runaway client, and
+ * each pending hold is scanned on expiry. Committing or releasing a hold makes room.
  */
 export const pendingHoldsPerUserMax = 10_000
 
 /**
- * Closed holds and `adjust` ids remembered per user, each. Past it the oldest is forgotten before its
- * retention ends (a retry of it would then be decided as new); the cap bounds an actor's memory.
+ * Closed holds and `adjust` ids an actor keeps in memory per user, each. Past it the oldest is
+ * forgotten from memory before its retention ends; the store still remembers it for the whole window
+ * (PROTOCOL.md: at least 7 days), and a command naming an id memory no longer holds is decided only
+ * after the store was asked for it (`recall`). The cap bounds an actor's memory, not the contract.
  */
 export const closedHoldsPerUserMax = 100_000
 export const adjustIdsPerUserMax = 100_000
 
-/** Distinct consume keys per hold. A new key past it answers `overloaded`. */
+/**
+ * Closed holds and `adjust` ids a load reads per user, each, newest first. A user with more within the
+ * retention window is loaded with the newest only (its older ids recalled on demand): the load of a
+ * user who made millions of ids in a week stays bounded in rows and time, and so does every other
+ * user's load that shares its statement.
+ */
+export const loadRememberedIdsPerUserMax = 10_000
+
+/** Ids one recall asks the store for (a group's commands naming ids memory does not hold). */
+export const recallIdsMax = 1_000
+
+/** Distinct consume keys per hold. A `consume` with a new key past it answers `limit_reached` (bound `consume_keys`). */
 export const consumeKeysPerHoldMax = 10_000
 
-/** Slot jobs (held) and waiters per user. A new waiter past it answers `busy` at once. */
+/**
+ * `acquire_slot` requests waiting per user, one per job (a repeat of a waiting job replaces its earlier
+ * request). A new job that would wait past it answers `limit_reached` (bound `slot_waiters`).
+ */
 export const slotWaitersPerUserMax = 1_000
 
 /** Commands queued in one user's mailbox. A full mailbox answers `overloaded`. */
@@ -69,7 +86,11 @@ export const actorDecisionsPerWriteMax = 512
  */
 export const failedWriteRetryDelayMs = 1_000
 
-/** Actors resident at once. A new user past it evicts the least recently used idle actor; if none is idle, `overloaded`. */
+/**
+ * Actors resident at once, those resting with waiters apart (see waitingActorsMax). A new user past it
+ * evicts the least recently used idle actor; if every one it counts is running (loading, deciding,
+ * writing), `overloaded` until one is done.
+ */
 export const residentActorsMax = 100_000
 
 /** An actor with nothing queued, no waiters and no write in flight is evicted after this idle time. */
@@ -105,6 +126,14 @@ export const storeConnectTimeoutMs = 5_000
  * commit) get `StoreUnavailable`.
  */
 export const storeQueryTimeoutMs = 10_000
+
+/**
+ * A group whose COMMIT's answer never came (the query timeout, a lost connection) may still commit on
+ * the server. Before any user is loaded again, the store ends that transaction's backend and waits for
+ * it to be gone, so the load sees its final outcome. Past this wait (the backend still there, or the
+ * server unreachable) loads fail with `StoreUnavailable` and the next load tries again.
+ */
+export const storeOutcomeSettleWaitMs = 2_000
 
 /** Partitions when QUOTA_PARTITIONS is unset (PROTOCOL.md). */
 export const partitionsDefault = 64
@@ -171,6 +200,9 @@ export const storeLoadsInFlightMax = 2
  * outage within about interval + timeout.
  */
 export const readinessCheckIntervalMs = 1_000
+
+/** How often the metrics sample the event loop's delay (prom-client's eventLoopMonitoringPrecision). */
+export const eventLoopSampleIntervalMs = 100
 export const readinessCheckTimeoutMs = 2_000
 
 /**
@@ -197,8 +229,19 @@ export const eventsOutboxPerPartitionMaxDefault = 100_000
 /** Outbox rows one publisher reads (and deletes once published) at a time. */
 export const eventsPublishBatchMax = 256
 
-/** How often a partition's publisher looks at its outbox when nothing woke it (after a hand-off, a crash). */
+/**
+ * How often a partition's publisher looks at its outbox again while it knows of rows not yet published
+ * (a batch that left more, a count that says rows wait). An idle partition (its outbox empty as far as
+ * this process knows) does not poll: it is woken by the commits that record its events.
+ */
 export const eventsPollIntervalMs = 1_000
+
+/**
+ * How often the publisher counts the outboxes of all its partitions in one statement, to find rows
+ * nobody woke it for (a commit whose outcome was unknown, then committed). Idle, that is the only read
+ * the events make: once per this interval whatever the number of partitions.
+ */
+export const eventsIdleRecheckIntervalMs = 30_000
 
 /** Backoff of a publisher whose publish failed (JetStream away): from the minimum, doubling, to the maximum. */
 export const eventsRetryDelayMsMin = 250
@@ -212,6 +255,21 @@ export const eventsWarningIntervalMs = 60_000
 
 /** The stream's duplicate window: at least 2 minutes (PROTOCOL.md), so a re-publish after a crash is kept once. */
 export const eventsDuplicateWindowMsMin = 120_000
+
+/**
+ * Slots one user holds at once, whatever its plan says (with fairness off a plan allows any number).
+ * An `acquire_slot` of a new job past it answers `limit_reached` (bound `slots`); held jobs still renew
+ * and release. Bounds the memory and the work of a user's slots.
+ */
+export const slotsPerUserMax = 1_000
+
+/**
+ * Actors resting with `acquire_slot` waiters parked, apart from residentActorsMax (so they cannot fill
+ * it and lock new users out). Past it, the actor that has rested longest with waiters is evicted and
+ * each of its waiters answered `busy` (its wait over, with retryAfterMs; its place in the queue was
+ * memory only). Resident actors in all: at most residentActorsMax + this.
+ */
+export const waitingActorsMax = 10_000
 
 /**
  * How long the operations HTTP server waits for a request's headers. A socket that has not sent them

@@ -108,6 +108,19 @@ export interface OverloadedResult {
   readonly status: "overloaded"
 }
 
+/** The per-user bounds PROTOCOL.md (revision 1.2) names in `limit_reached` (values in limits.ts). */
+export type LimitBound = "pending_holds" | "consume_keys" | "slot_waiters" | "slots"
+
+/**
+ * A per-user bound is reached; nothing changed. Not retryable as it is: the caller frees what the
+ * bound counts (commits or releases holds, ends jobs), unlike `overloaded`, which a pause fixes.
+ */
+export interface LimitReachedResult {
+  readonly status: "limit_reached"
+  readonly bound: LimitBound
+  readonly max: number
+}
+
 export type Result =
   | HoldResult
   | InsufficientQuotaResult
@@ -123,6 +136,7 @@ export type Result =
   | WrongPartitionResult
   | UnavailableResult
   | OverloadedResult
+  | LimitReachedResult
 
 export type Status = Result["status"]
 
@@ -130,4 +144,9 @@ export const unavailable: UnavailableResult = { status: "unavailable" }
 export const overloaded: OverloadedResult = { status: "overloaded" }
 export const notFound: NotFoundResult = { status: "not_found" }
 export const unknownMeter: UnknownMeterResult = { status: "unknown_meter" }
+export const limitReached = (bound: LimitBound, max: number): LimitReachedResult => ({
+  status: "limit_reached",
+  bound,
+  max
+})
 export const invalidRequest = (error: string): InvalidRequestResult => ({ status: "invalid_request", error })

@@ -5,8 +5,9 @@
 import type { OpsCommand } from "./commands.js"
 import type { DecideContext, Output } from "./context.js"
 import { assertSlotsWithinLimit } from "./invariants.js"
-import { slotWaitersPerUserMax } from "./limits.js"
-import type { SlotResult } from "./results.js"
+import { slotWaitersPerUserMax, slotsPerUserMax } from "./limits.js"
+import type { LimitReachedResult, SlotResult } from "./results.js"
+import { limitReached } from "./results.js"
 import type { UserState } from "./state.js"
 import { planOf, releaseIfEmpty, slotLimit, writable, writableWaiters } from "./state.js"
 
@@ -20,15 +21,24 @@ const slotResult = (
 ): SlotResult => ({ status, limit: slotLimit(ctx.config, state), held: state.slots.size, ...extra })
 
 /** `retryAfterMs` of a `busy`: the snooze base plus jitter, so snoozed callers do not return together. */
-const busy = (ctx: DecideContext, state: UserState): SlotResult =>
+export const busyResult = (ctx: DecideContext, state: UserState): SlotResult =>
   slotResult(ctx, state, "busy", {
     retryAfterMs:
       ctx.config.fairness.snoozeBaseMs + Math.floor(ctx.random() * ctx.config.fairness.snoozeJitterMs)
   })
 
+/** A slot is free under the plan's limit (none with fairness off) and the per-user bound. */
 const hasFreeSlot = (ctx: DecideContext, state: UserState): boolean => {
+  if (state.slots.size >= slotsPerUserMax) return false
   const limit = slotLimit(ctx.config, state)
   return limit === null || state.slots.size < limit
+}
+
+/** Takes a job's slot away; with none left, the lease bound is exact again (none due). */
+const forgetSlot = (state: UserState, job: string): void => {
+  writable(state, "slots").delete(job)
+  if (state.slots.size === 0) state.slotsLeaseExpiresAtLowest = Infinity
+  releaseIfEmpty(state, "slots")
 }
 
 const grant = (
@@ -40,6 +50,7 @@ const grant = (
 ): number => {
   const leaseExpiresAt = ctx.now + leaseMs
   writable(state, "slots").set(job, leaseExpiresAt)
+  state.slotsLeaseExpiresAtLowest = Math.min(state.slotsLeaseExpiresAtLowest, leaseExpiresAt)
   output.events.push({ kind: "slot", user: state.user, job, leaseExpiresAt })
   return leaseExpiresAt
 }
@@ -53,33 +64,50 @@ export const decideSystemJob = (
     ? { status: "acquired", limit: null, held: 0, job: command.job, leaseExpiresAt: now + command.leaseMs }
     : { status: "not_found", limit: null, held: 0 }
 
-/** Returns null when the caller waits in the queue. */
+/**
+ * Returns null when the caller waits in the queue. A repeat of a job that is waiting replaces the
+ * earlier request as the waiter (PROTOCOL.md revision 1.2): the earlier one is woken `busy` now, and the
+ * job keeps its place in the queue with the repeat's own waitMs and leaseMs. So the queue holds at most
+ * one request per job, whatever a caller sends (copies each parked kept every message alive).
+ */
 export const acquireSlot = (
   ctx: DecideContext,
   state: UserState,
   command: CommandOf<"acquire_slot">,
   output: Output
-): SlotResult | null => {
+): SlotResult | LimitReachedResult | null => {
   if (state.slots.has(command.job)) {
     const leaseExpiresAt = grant(ctx, state, command.job, command.leaseMs, output)
     return slotResult(ctx, state, "exists", { job: command.job, leaseExpiresAt })
   }
+  // A new slot past the per-user bound (only reachable with fairness off, or a plan above it).
+  if (state.slots.size >= slotsPerUserMax) return limitReached("slots", slotsPerUserMax)
   // Waiters are served first: a newcomer does not jump the FIFO queue.
   if (hasFreeSlot(ctx, state) && state.waiters.length === 0) {
     const leaseExpiresAt = grant(ctx, state, command.job, command.leaseMs, output)
     assertSlotsWithinLimit(state, slotLimit(ctx.config, state))
     return slotResult(ctx, state, "acquired", { job: command.job, leaseExpiresAt })
   }
-  if (command.waitMs === 0) return busy(ctx, state)
-  const deadlineAt = ctx.now + command.waitMs
-  const queued = state.waiters.find((waiter) => waiter.job === command.job)
-  if (queued !== undefined) {
-    // A retry of a waiting job keeps its place; both callers get the same answer.
-    queued.deadlineAt = Math.max(queued.deadlineAt, deadlineAt)
+  const queuedAt = state.waiters.findIndex((waiter) => waiter.job === command.job)
+  if (queuedAt !== -1) {
+    output.wakeups.push({ job: command.job, result: busyResult(ctx, state) })
+    const waiters = writableWaiters(state)
+    // waitMs 0: the repeat does not wait, so the job leaves the queue.
+    if (command.waitMs === 0) {
+      waiters.splice(queuedAt, 1)
+      return busyResult(ctx, state)
+    }
+    waiters[queuedAt] = { job: command.job, leaseMs: command.leaseMs, deadlineAt: ctx.now + command.waitMs }
     return null
   }
-  if (state.waiters.length >= slotWaitersPerUserMax) return busy(ctx, state)
-  writableWaiters(state).push({ job: command.job, leaseMs: command.leaseMs, deadlineAt })
+  if (command.waitMs === 0) return busyResult(ctx, state)
+  if (state.waiters.length >= slotWaitersPerUserMax)
+    return limitReached("slot_waiters", slotWaitersPerUserMax)
+  writableWaiters(state).push({
+    job: command.job,
+    leaseMs: command.leaseMs,
+    deadlineAt: ctx.now + command.waitMs
+  })
   return null
 }
 
@@ -101,8 +129,7 @@ export const releaseSlot = (
   output: Output
 ): SlotResult => {
   if (!state.slots.has(command.job)) return slotResult(ctx, state, "not_found")
-  writable(state, "slots").delete(command.job)
-  releaseIfEmpty(state, "slots")
+  forgetSlot(state, command.job)
   output.events.push({ kind: "slot_freed", user: state.user, job: command.job, reason: "released" })
   const result = slotResult(ctx, state, "released", { job: command.job })
   grantWaiters(ctx, state, output)
@@ -123,19 +150,13 @@ export const grantWaiters = (ctx: DecideContext, state: UserState, output: Outpu
   }
 }
 
-/** Frees leases that ended, gives the slots to waiters, then times out waiters whose wait ran out. */
+/**
+ * Frees leases that ended, gives the slots to waiters, then times out waiters whose wait ran out. The
+ * slots are walked only when the lease bound says one may be due (then the bound is made exact), not
+ * on every decision: with fairness off a user may hold a thousand slots.
+ */
 export const expireSlots = (ctx: DecideContext, state: UserState, output: Output): void => {
-  for (const [job, leaseExpiresAt] of [...state.slots]) {
-    if (leaseExpiresAt > ctx.now) continue
-    writable(state, "slots").delete(job)
-    releaseIfEmpty(state, "slots")
-    output.events.push({ kind: "slot_freed", user: state.user, job, reason: "expired" })
-    output.events.push({
-      kind: "event",
-      user: state.user,
-      event: { event: "slot_expired", at: ctx.now, job, plan: planOf(ctx.config, state) }
-    })
-  }
+  if (state.slotsLeaseExpiresAtLowest <= ctx.now) expireLeases(ctx, state, output)
   grantWaiters(ctx, state, output)
   for (let index = 0; index < state.waiters.length;) {
     const waiter = state.waiters[index]!
@@ -144,6 +165,26 @@ export const expireSlots = (ctx: DecideContext, state: UserState, output: Output
       continue
     }
     writableWaiters(state).splice(index, 1)
-    output.wakeups.push({ job: waiter.job, result: busy(ctx, state) })
+    output.wakeups.push({ job: waiter.job, result: busyResult(ctx, state) })
+  }
+}
+
+/** Frees every lease due at ctx.now, and sets the lease bound to the exact earliest of the rest. */
+const expireLeases = (ctx: DecideContext, state: UserState, output: Output): void => {
+  const due: Array<string> = []
+  let lowest = Infinity
+  for (const [job, leaseExpiresAt] of state.slots) {
+    if (leaseExpiresAt <= ctx.now) due.push(job)
+    else lowest = Math.min(lowest, leaseExpiresAt)
+  }
+  state.slotsLeaseExpiresAtLowest = lowest
+  for (const job of due) {
+    forgetSlot(state, job)
+    output.events.push({ kind: "slot_freed", user: state.user, job, reason: "expired" })
+    output.events.push({
+      kind: "event",
+      user: state.user,
+      event: { event: "slot_expired", at: ctx.now, job, plan: planOf(ctx.config, state) }
+    })
   }
 }

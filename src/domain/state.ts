@@ -5,7 +5,7 @@
  */
 import type { Config, Period } from "./config.js"
 import { meterPeriod, planLimit, planNamed } from "./config.js"
-import type { HoldRecord, StoredUser } from "./events.js"
+import type { HoldRecord, RecalledIds, StoredUser } from "./events.js"
 import { periodStartAt } from "./period.js"
 import type { MeterUsage, MeterView, UsageResult } from "./results.js"
 
@@ -77,8 +77,20 @@ export interface UserState {
   closedNewest: Hold | null
   /** `adjust` ids in the order they were applied. */
   adjustments: ReadonlyMap<string, Adjustment>
+  /**
+   * Memory holds only some of the closed holds and `adjust` ids the store remembers (a cap forgot the
+   * oldest, or the load read the newest only): before an id memory does not hold is decided, the
+   * actor asks the store for it (recall). Cleared only by a load that read everything.
+   */
+  idsForgotten: boolean
   /** job -> leaseExpiresAt */
   slots: ReadonlyMap<string, number>
+  /**
+   * At most the earliest `leaseExpiresAt` among the slots (Infinity: none can be due), a lower bound
+   * like `pendingExpiresAtLowest` (slots.ts keeps it): a decision reads it instead of walking every
+   * slot, which with fairness off (a thousand slots) was most of each decision's cost.
+   */
+  slotsLeaseExpiresAtLowest: number
   /** FIFO queue of `acquire_slot` callers waiting for a slot. Memory only: a crash ends their wait. */
   waiters: ReadonlyArray<Waiter>
 }
@@ -179,7 +191,9 @@ export const emptyUserState = (user: string): UserState => ({
   closedOldest: null,
   closedNewest: null,
   adjustments: noEntries,
+  idsForgotten: false,
   slots: noEntries,
+  slotsLeaseExpiresAtLowest: Infinity,
   waiters: noWaiters
 })
 
@@ -200,7 +214,21 @@ export const meterLimit = (config: Config, state: UserState, meter: string): num
 export const slotLimit = (config: Config, state: UserState): number | null =>
   config.fairness.enabled ? (planNamed(config, planOf(config, state))?.slots ?? 0) : null
 
-/** The meter's state at `now`, with `used` reset to 0 if its period has rolled over since. */
+/**
+ * Whether usage counted in `current` belongs to an earlier period than `at` (so counts as 0 at `at`).
+ * A period never goes back: when the clock reads an instant before the period already recorded (an
+ * NTP step, or a process whose clock lags the one that wrote the row), the recorded period stays the
+ * current one, so neither the reset nor a second grant of the limit can happen, and the earlier
+ * period's row is never written again. A meter whose period is `none` (null) never rolls over; a
+ * meter that had no period yet (null, from a pending hold loaded before any usage) takes `at`'s.
+ */
+const periodRolledOver = (current: number | null, at: number | null): boolean =>
+  at !== null && (current === null || at > current)
+
+/**
+ * The meter's state at `now`, with `used` reset to 0 if its period has rolled over since (and only
+ * forward: see periodRolledOver).
+ */
 export const meterAt = (config: Config, state: UserState, meter: string, now: number): MeterState => {
   const period: Period = meterPeriod(config, meter) ?? "none"
   const periodStart = periodStartAt(period, now)
@@ -214,7 +242,11 @@ export const meterAt = (config: Config, state: UserState, meter: string, now: nu
       pendingHolds: 0
     }
     writable(state, "meters").set(meter, meterState)
-  } else if (meterState.periodStart !== periodStart) {
+  } else if (
+    periodStart === null
+      ? meterState.periodStart !== null
+      : periodRolledOver(meterState.periodStart, periodStart)
+  ) {
     meterState.periodStart = periodStart
     meterState.used = 0
     meterState.thresholdsCrossed = noThresholdsCrossed
@@ -252,16 +284,17 @@ export const usageView = (config: Config, state: UserState, now: number): UsageR
   plan: planOf(config, state),
   meters: config.meters.map(({ name, period }): MeterUsage => {
     const view = meterView(config, state, name, now)
+    const meterState = meterAt(config, state, name, now)
     return {
       meter: name,
       period,
-      periodStart: periodStartAt(period, now),
+      periodStart: meterState.periodStart,
       limit: view.limit,
       used: view.used,
       reserved: view.reserved,
       available: view.available,
       overage: view.overage,
-      pendingHolds: meterAt(config, state, name, now).pendingHolds
+      pendingHolds: meterState.pendingHolds
     }
   }),
   slots: {
@@ -274,8 +307,7 @@ export const usageView = (config: Config, state: UserState, now: number): UsageR
 
 /** The earliest moment something in this state falls due (hold expiry, lease end, waiter timeout). */
 export const nextDeadline = (state: UserState): number | null => {
-  let earliest = state.pendingExpiresAtLowest
-  for (const leaseExpiresAt of state.slots.values()) earliest = Math.min(earliest, leaseExpiresAt)
+  let earliest = Math.min(state.pendingExpiresAtLowest, state.slotsLeaseExpiresAtLowest)
   for (const waiter of state.waiters) earliest = Math.min(earliest, waiter.deadlineAt)
   return earliest === Infinity ? null : earliest
 }
@@ -329,6 +361,50 @@ export const userStateFromStored = (user: string, stored: StoredUser): UserState
   for (const { id, meter, amount, at } of adjustmentsInOrder) {
     writable(state, "adjustments").set(id, { meter, amount, at })
   }
-  for (const { job, leaseExpiresAt } of stored.slots) writable(state, "slots").set(job, leaseExpiresAt)
+  for (const { job, leaseExpiresAt } of stored.slots) {
+    writable(state, "slots").set(job, leaseExpiresAt)
+    state.slotsLeaseExpiresAtLowest = Math.min(state.slotsLeaseExpiresAtLowest, leaseExpiresAt)
+  }
+  state.idsForgotten = stored.idsTruncated === true
   return state
+}
+
+/**
+ * The ids `commands` name that memory does not hold while it may have forgotten some: what the store
+ * must be asked for before they are decided (none when memory holds every remembered id).
+ */
+export const idsToRecall = (
+  state: UserState,
+  commands: Iterable<{ readonly op: string; readonly id?: string }>
+): { holds: Array<string>; adjustments: Array<string> } => {
+  const wanted = { holds: [] as Array<string>, adjustments: [] as Array<string> }
+  if (!state.idsForgotten) return wanted
+  for (const command of commands) {
+    const id = command.id
+    if (id === undefined) continue
+    if (command.op === "adjust") {
+      if (!state.adjustments.has(id) && !wanted.adjustments.includes(id)) wanted.adjustments.push(id)
+    } else if (!state.pending.has(id) && !state.closed.has(id) && !wanted.holds.includes(id)) {
+      wanted.holds.push(id)
+    }
+  }
+  return wanted
+}
+
+/**
+ * Adds what the store recalled to memory: closed holds as the newest remembered (the cap then forgets
+ * others first), `adjust` ids after the rest. Ids memory holds already are left as they are.
+ */
+export const rememberRecalled = (state: UserState, recalled: RecalledIds): void => {
+  for (const record of recalled.holds) {
+    if (record.state === "pending" || state.pending.has(record.id) || state.closed.has(record.id)) continue
+    rememberClosed(state, {
+      ...record,
+      consumeKeys: record.consumeKeys.length === 0 ? null : new Set(record.consumeKeys),
+      closedNext: null
+    })
+  }
+  for (const { id, meter, amount, at } of recalled.adjustments) {
+    if (!state.adjustments.has(id)) writable(state, "adjustments").set(id, { meter, amount, at })
+  }
 }

@@ -4,17 +4,28 @@
  * stream's acknowledgement before the next, then removing what was published. A user's events are in
  * recording order within its partition, so they are published in the order of the decisions.
  *
- * It is woken when a commit recorded events of its partition, and looks on its own every
- * `eventsPollIntervalMs` (what a previous owner left after a crash or a hand-off). While JetStream does
+ * It is woken when a commit recorded events of its partition. It reads its outbox when it starts (what a
+ * previous owner left after a crash or a hand-off), and again every `eventsPollIntervalMs` only while
+ * rows are known to wait; an idle partition reads nothing. One count of every partition's outbox every
+ * `eventsIdleRecheckIntervalMs` finds rows nobody woke it for. While JetStream does
  * not take events it retries with a backoff and the outbox grows (`quota_events_pending`); the process
  * warns once per `eventsWarningIntervalMs`, not per event. Before each publish it checks that this
  * process may still serve the partition: a stale owner publishes nothing more of a partition it lost
  * (what it published meanwhile, the new owner publishes again under the same ids, and the stream's
  * duplicate window keeps one copy).
+ *
+ * Exactly once does not rest on the duplicate window alone: rows are removed only after a batch was
+ * published, so an outage of Postgres between the two that outlasts the window (2 minutes by default)
+ * would publish them again as new messages. Each partition's publisher therefore knows the last
+ * recording order the stream holds for it: read from the stream when it starts (the last message on
+ * the partition's subjects: a partition's events are published in recording order, each acknowledged
+ * before the next), then advanced with every acknowledgement. Rows at or below it are removed without
+ * being published again.
  */
 import { Deferred, Duration, Effect, Exit, FiberMap } from "effect"
 import type { Scope } from "effect"
 import {
+  eventsIdleRecheckIntervalMs,
   eventsPollIntervalMs,
   eventsPublishBatchMax,
   eventsRetryDelayMsMax,
@@ -22,7 +33,7 @@ import {
   eventsWarningIntervalMs
 } from "../domain/limits.js"
 import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
-import type { EventSinkShape } from "./JetStreamSink.js"
+import type { EventSinkShape, EventsUnavailable } from "./JetStreamSink.js"
 import type { OutboxRow, OutboxShape } from "./Outbox.js"
 import { eventIdOf } from "./Outbox.js"
 import type { OutboxCounts } from "./OutboxCounts.js"
@@ -37,6 +48,7 @@ export interface EventPublisherOptions {
   readonly metrics: MetricsRecorder
   readonly warn: (message: string, fields: Record<string, unknown>) => void
   readonly pollIntervalMs?: number
+  readonly idleRecheckIntervalMs?: number
   readonly batchMax?: number
 }
 
@@ -70,6 +82,7 @@ export const makeEventPublisher = (
   Effect.gen(function* () {
     const { outbox, sink, counts, prefix, metrics } = options
     const pollIntervalMs = options.pollIntervalMs ?? eventsPollIntervalMs
+    const idleRecheckIntervalMs = options.idleRecheckIntervalMs ?? eventsIdleRecheckIntervalMs
     const batchMax = options.batchMax ?? eventsPublishBatchMax
     const fibers = yield* FiberMap.make<number>()
     const wakers = new Map<number, Deferred.Deferred<void>>()
@@ -82,8 +95,23 @@ export const makeEventPublisher = (
       options.warn(message, { ...fields, pendingEvents: counts.total() })
     }
 
-    /** Publishes the partition's oldest rows, in order, stopping at the first failure. */
-    const publishSome = (partition: number): Effect.Effect<Outcome> =>
+    /**
+     * The last recording order of this database that the stream holds for the partition (0: none): what
+     * an earlier publisher of the partition, in this process or another, got acknowledged.
+     */
+    const streamPublishedUpTo = (partition: number): Effect.Effect<number, EventsUnavailable> =>
+      Effect.map(sink.lastEventId(`${prefix}.v1.events.*.${partition}`), (eventId) => {
+        const tagged = `${outbox.databaseTag}-`
+        if (eventId === null || !eventId.startsWith(tagged)) return 0
+        const seq = Number(eventId.slice(tagged.length))
+        return Number.isSafeInteger(seq) ? seq : 0
+      })
+
+    /**
+     * Publishes the partition's oldest rows, in order, stopping at the first failure. `progress` holds
+     * the last recording order the stream has for it: rows at or below are removed unpublished.
+     */
+    const publishSome = (partition: number, progress: { publishedUpTo: number }): Effect.Effect<Outcome> =>
       Effect.gen(function* () {
         const rows = yield* outbox.read(partition, batchMax)
         // Nothing waits: what was counted in meanwhile (a commit counted after its rows were already
@@ -92,6 +120,11 @@ export const makeEventPublisher = (
         const published: Array<number> = []
         let outcome: Outcome = rows.length === batchMax ? "more" : "drained"
         for (const row of rows) {
+          if (row.seq <= progress.publishedUpTo) {
+            // Already in the stream: its removal failed after the publish (an outage of Postgres).
+            published.push(row.seq)
+            continue
+          }
           if (!options.servable(partition)) {
             outcome = "lost"
             break
@@ -112,6 +145,7 @@ export const makeEventPublisher = (
             break
           }
           published.push(row.seq)
+          progress.publishedUpTo = row.seq
           metrics.eventPublished(row.kind, sent.value)
         }
         yield* outbox.remove(published)
@@ -126,16 +160,30 @@ export const makeEventPublisher = (
         )
       )
 
-    /** Until interrupted: count the outbox, then publish whenever woken or every poll interval. */
+    /**
+     * Until interrupted: count the outbox, learn what the stream already holds of the partition, then
+     * publish whenever woken or every poll interval.
+     */
     const runPartition = (partition: number): Effect.Effect<never> =>
       Effect.gen(function* () {
         let retryDelayMs = eventsRetryDelayMsMin
         const counted = yield* Effect.exit(outbox.count([partition]))
         if (Exit.isSuccess(counted)) counts.set(partition, counted.value.get(partition) ?? 0)
+        let progress: { publishedUpTo: number } | undefined
         for (;;) {
           const woken = Deferred.makeUnsafe<void>()
           wakers.set(partition, woken)
-          const outcome = yield* publishSome(partition)
+          if (progress === undefined) {
+            // Nothing is published before this is known: it could only be published twice.
+            const known = yield* Effect.exit(streamPublishedUpTo(partition))
+            if (Exit.isSuccess(known)) progress = { publishedUpTo: known.value }
+            else
+              warnAtMostOncePerInterval("events are not being published; they wait in the outbox", {
+                partition,
+                error: String(known.cause)
+              })
+          }
+          const outcome = progress === undefined ? "failed" : yield* publishSome(partition, progress)
           if (outcome === "more") continue
           if (outcome === "failed") {
             yield* Effect.sleep(Duration.millis(retryDelayMs))
@@ -143,9 +191,28 @@ export const makeEventPublisher = (
             continue
           }
           retryDelayMs = eventsRetryDelayMsMin
-          yield* Effect.raceFirst(Effect.sleep(Duration.millis(pollIntervalMs)), Deferred.await(woken))
+          // Idle: nothing known to wait, so nothing to read until a commit (or the recheck) wakes it.
+          yield* counts.of(partition) === 0
+            ? Deferred.await(woken)
+            : Effect.raceFirst(Effect.sleep(Duration.millis(pollIntervalMs)), Deferred.await(woken))
         }
       })
+
+    /** Counts every running partition's outbox in one statement and wakes those with rows. */
+    const recheckIdle = Effect.gen(function* () {
+      const running = [...wakers.keys()]
+      if (running.length === 0) return
+      const counted = yield* Effect.exit(outbox.count(running))
+      if (Exit.isFailure(counted)) return
+      for (const [partition, count] of counted.value) {
+        if (count === 0 || counts.of(partition) > 0 || !wakers.has(partition)) continue
+        counts.set(partition, count)
+        wake([partition])
+      }
+    })
+    yield* Effect.forkScoped(
+      Effect.forever(Effect.andThen(Effect.sleep(Duration.millis(idleRecheckIntervalMs)), recheckIdle))
+    )
 
     const start = (partitions: ReadonlyArray<number>) =>
       Effect.forEach(

@@ -38,6 +38,11 @@ export interface EventSinkShape {
     body: string,
     eventId: string
   ) => Effect.Effect<boolean, EventsUnavailable>
+  /**
+   * The id (Nats-Msg-Id) of the stream's last message on `subjects` (a filter with wildcards), or null
+   * when it holds none (or the stream does not exist yet).
+   */
+  readonly lastEventId: (subjects: string) => Effect.Effect<string | null, EventsUnavailable>
 }
 
 const reasonOf = (cause: unknown): string => (cause instanceof Error ? cause.message : String(cause))
@@ -100,5 +105,24 @@ export const makeJetStreamSink = (
       })
     ).pipe(Effect.map((ack) => ack.duplicate))
 
-  return { ensureStream, publish }
+  const lastEventId = (subjects: string) =>
+    Effect.tryPromise({
+      try: async () => {
+        manager ??= await jetstreamManager(nc, { timeout: eventsPublishTimeoutMs })
+        try {
+          const last = await manager.streams.getMessage(settings.streamName, { last_by_subj: subjects })
+          return last?.header?.get("Nats-Msg-Id") ?? null
+        } catch (cause) {
+          if (cause instanceof JetStreamApiError && cause.code === JetStreamApiCodes.StreamNotFound)
+            return null
+          throw cause
+        }
+      },
+      catch: (cause) => {
+        manager = undefined
+        return new EventsUnavailable({ reason: `last message of ${subjects}: ${reasonOf(cause)}` })
+      }
+    })
+
+  return { ensureStream, publish, lastEventId }
 }

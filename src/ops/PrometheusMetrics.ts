@@ -14,6 +14,7 @@ import type { Operation } from "../domain/commands.js"
 import type { Status } from "../domain/results.js"
 import { quotaEventKinds } from "../domain/events.js"
 import type { MetricsRecorder } from "./MetricsRecorder.js"
+import { eventLoopSampleIntervalMs } from "../domain/limits.js"
 
 /** Every op a command can have on the wire, and `unknown` for one whose op could not be read. */
 export const operationLabels = [
@@ -55,7 +56,8 @@ export const statusLabels = [
   "invalid_request",
   "wrong_partition",
   "unavailable",
-  "overloaded"
+  "overloaded",
+  "limit_reached"
 ] as const satisfies ReadonlyArray<Status>
 
 // Fails to compile when a status is added to the protocol's union and not here.
@@ -217,7 +219,11 @@ class CountedHistogram extends Histogram<string> {
 
 export const makePrometheusMetrics = (options: PrometheusMetricsOptions): PrometheusMetrics => {
   const registry = new Registry()
-  if (options.processMetrics ?? true) collectDefaultMetrics({ register: registry })
+  // The event-loop delay is sampled by a timer: prom-client's default, every 10 ms, was a third of an
+  // idle coordinator's CPU (bench/idle.ts). A stall still delays the next sample by its length, so
+  // lags of interest (the dashboard's alert is at 100 ms) are seen at this precision too.
+  if (options.processMetrics ?? true)
+    collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: eventLoopSampleIntervalMs })
 
   const operationIndex = indexer(operationLabels, operationLabels.indexOf("unknown"))
   const statusIndex = indexer(statusLabels, -1)

@@ -30,3 +30,21 @@ export class PartitionsFenced extends Error {
     super(`partitions ${partitions.join(", ")} are owned by another process (epoch superseded)`)
   }
 }
+
+/**
+ * A group's transaction was sent, COMMIT included, and no answer says how it ended (the client's query
+ * timeout destroyed the connection, or the connection was lost): the server may still commit it.
+ * `backend` is the server process that ran it, so the store can make its outcome final before anyone
+ * reads the rows it touched.
+ */
+export class WriteOutcomeUnknown extends Error {
+  override readonly name = "WriteOutcomeUnknown"
+  constructor(
+    readonly backend: number,
+    override readonly cause: unknown
+  ) {
+    super(
+      `the outcome of a commit is unknown (backend ${backend}): ${cause instanceof Error ? cause.message : String(cause)}`
+    )
+  }
+}

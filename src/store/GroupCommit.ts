@@ -11,9 +11,10 @@
  *
  * A submission is never split: its items are in exactly one group, so the group's all-or-nothing
  * commit is also all-or-nothing for each submission. A single submission larger than the cap forms
- * a group alone.
+ * a group alone. A group that failed because of one submission (`isolate`) is committed again one
+ * submission at a time: one user's conflicting row must not fail every other user's write.
  */
-import { Effect, Exit, Fiber } from "effect"
+import { Cause, Effect, Exit, Fiber, Option } from "effect"
 import type { Scope } from "effect"
 
 export interface GroupCommitOptions<A, E> {
@@ -28,6 +29,12 @@ export interface GroupCommitOptions<A, E> {
    * matter: the store's callers (actors) have one submission in flight each, so it holds there.
    */
   readonly writersMax?: number
+  /**
+   * Whether a group's failure came from one of its submissions and says nothing of the others (a row
+   * that conflicts, a partition fenced): the group's submissions are then committed again one by one,
+   * so that only the submission at fault fails. Never for a failure whose outcome is unknown.
+   */
+  readonly isolate?: (error: E) => boolean
 }
 
 export interface GroupCommitStats {
@@ -87,19 +94,48 @@ export const makeGroupCommit = <A, E>(
     let open = true
     const counters = { commits: 0, failedCommits: 0, submissions: 0, items: 0, largestCommitItems: 0 }
 
+    /** Commits `items` once; the exit as the waiters get it (an interruption or defect included). */
+    const commitOnce = (items: ReadonlyArray<A>): Effect.Effect<Exit.Exit<void, E>> =>
+      Effect.map(Effect.exit(options.commit(items)), (outcome) => {
+        counters.commits += 1
+        if (Exit.isFailure(outcome)) counters.failedCommits += 1
+        return outcome
+      })
+
+    /** Whether the group failed because of one of its submissions (see `isolate`). */
+    const isolates = (outcome: Exit.Exit<void, E>, group: ReadonlyArray<Submission<A, E>>): boolean => {
+      if (group.length < 2 || options.isolate === undefined || Exit.isSuccess(outcome)) return false
+      const error = Cause.findErrorOption(outcome.cause)
+      return Option.isSome(error) && options.isolate(error.value)
+    }
+
     const commitGroup = (group: ReadonlyArray<Submission<A, E>>): Effect.Effect<void> =>
       Effect.suspend(() => {
         const items = group.length === 1 ? group[0]!.items : group.flatMap((submission) => submission.items)
         counters.largestCommitItems = Math.max(counters.largestCommitItems, items.length)
-        return Effect.onExit(Effect.exit(options.commit(items)), (exit) =>
+        let answered = 0
+        const answerAll = (outcome: Exit.Exit<void, E>) =>
           Effect.sync(() => {
-            // An interruption or defect of the commit itself still answers its waiters.
-            const outcome: Exit.Exit<void, E> = Exit.isSuccess(exit) ? exit.value : Exit.failCause(exit.cause)
-            counters.commits += 1
-            if (Exit.isFailure(outcome)) counters.failedCommits += 1
-            for (const submission of group) submission.done(outcome)
+            for (; answered < group.length; answered += 1) group[answered]!.done(outcome)
           })
-        ).pipe(Effect.asVoid)
+        return Effect.flatMap(commitOnce(items), (outcome) =>
+          isolates(outcome, group)
+            ? Effect.forEach(group, (submission) =>
+                Effect.flatMap(commitOnce(submission.items), (alone) =>
+                  Effect.sync(() => {
+                    submission.done(alone)
+                    answered += 1
+                  })
+                )
+              )
+            : answerAll(outcome)
+        ).pipe(
+          // An interruption (shutdown waits, but a defect may still end the fiber) answers the rest.
+          Effect.onExit((exit) =>
+            Exit.isSuccess(exit) ? Effect.void : answerAll(Exit.failCause(exit.cause))
+          ),
+          Effect.asVoid
+        )
       })
 
     /** Starts groups while writers are free; each finished commit looks again. */

@@ -190,6 +190,14 @@ export const makeMemoryStore = (options: MemoryStoreOptions = {}): MemoryStore =
         },
         catch: toUnavailable
       }),
+    recall: (user, ids, now) =>
+      Effect.sync(() => {
+        const stored = loadRows(user, now)
+        return {
+          holds: stored.holds.filter((hold) => hold.state !== "pending" && ids.holds.includes(hold.id)),
+          adjustments: stored.adjustments.filter((adjustment) => ids.adjustments.includes(adjustment.id))
+        }
+      }),
     usersWithExpiries: (now, limit) =>
       Effect.sync(() => {
         const users: Array<string> = []

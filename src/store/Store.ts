@@ -4,7 +4,7 @@
  */
 import { Context, Data } from "effect"
 import type { Effect } from "effect"
-import type { StoreEvent, StoredUser } from "../domain/events.js"
+import type { RecalledIds, StoreEvent, StoredUser } from "../domain/events.js"
 
 /** The store could not confirm: the write may or may not have happened. Callers answer `unavailable`. */
 export class StoreUnavailable extends Data.TaggedError("StoreUnavailable")<{
@@ -15,6 +15,16 @@ export class StoreUnavailable extends Data.TaggedError("StoreUnavailable")<{
 export interface StoreShape {
   /** Everything one user's actor needs, in one round trip. `now` bounds the retention window of closed ids. */
   readonly load: (user: string, now: number) => Effect.Effect<StoredUser, StoreUnavailable>
+  /**
+   * The closed holds and `adjust` ids among those named that the store remembers for `user` within the
+   * retention window ending at `now`: what an actor whose memory holds only some of them (a capped
+   * load, a cap) asks for before deciding a command that names one.
+   */
+  readonly recall: (
+    user: string,
+    ids: { readonly holds: ReadonlyArray<string>; readonly adjustments: ReadonlyArray<string> },
+    now: number
+  ) => Effect.Effect<RecalledIds, StoreUnavailable>
   /** Makes `events` durable, applied in order. Succeeds only after the commit. */
   readonly write: (events: ReadonlyArray<StoreEvent>) => Effect.Effect<void, StoreUnavailable>
   /**

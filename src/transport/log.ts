@@ -1,9 +1,11 @@
 /**
- * Structured logs of what the transport answers: every grant (`reserved`, `acquired`), charge, release,
- * administration change and error, with user, id or job, and meter. Reads (`get_usage`) and idempotent
- * repeats (`exists`) are debug: at tens of thousands of requests a second they would drown the rest.
- * Expiries never pass through the transport (an actor's timer decides them); the actor logs those
- * with `logExpiry` so all lines share one shape.
+ * Structured logs of what the transport answers. One line per decision is `debug`: at tens of thousands
+ * of requests a second, lines at `info` for every grant, charge and refusal were gigabytes an hour for
+ * whoever ships the logs, and cost a third of the throughput (issue 21); the events stream is the
+ * durable record of what changed, and the metrics count every decision by status. At the default
+ * `info` a process logs its lifecycle, ownership, outages, errors and administration changes
+ * (`set_plan`, `set_limit`: rare, made by operators, worth a line each). Expiries never pass through
+ * the transport (an actor's timer decides them); the actor logs those with `logExpiry`, also at debug.
  */
 import type { Logger, LoggerOptions } from "pino"
 import { pino } from "pino"
@@ -19,32 +21,10 @@ export const makeLogger = (level: LogLevel, destination?: NodeJS.WritableStream)
   return destination === undefined ? pino(options) : pino(options, destination)
 }
 
-type Level = "debug" | "info" | "warn" | "error"
+type Level = "debug" | "info"
 
-const levelOf = (command: Command, result: Result): Level => {
-  switch (result.status) {
-    case "reserved":
-    case "consumed":
-    case "committed":
-    case "released":
-    case "adjusted":
-    case "acquired":
-    case "insufficient_quota":
-    case "conflict":
-      return "info"
-    case "ok":
-      // set_plan and set_limit change what a user may do; get_usage and list_holds only read.
-      return command.op === "get_usage" || command.op === "list_holds" ? "debug" : "info"
-    case "invalid_request":
-    case "wrong_partition":
-    case "overloaded":
-      return "warn"
-    case "unavailable":
-      return "error"
-    default:
-      return "debug"
-  }
-}
+const levelOf = (command: Command, result: Result): Level =>
+  result.status === "ok" && (command.op === "set_plan" || command.op === "set_limit") ? "info" : "debug"
 
 /** The fields that say whose, which and how much: user, id or job, meter, amount. */
 const subjectFields = (command: Command): Record<string, unknown> => {
@@ -89,6 +69,10 @@ const resultFields = (result: Result): Record<string, unknown> => {
   if ("state" in result) fields["state"] = result.state
   if ("leaseExpiresAt" in result) fields["leaseExpiresAt"] = result.leaseExpiresAt
   if ("error" in result) fields["error"] = result.error
+  if ("bound" in result) {
+    fields["bound"] = result.bound
+    fields["max"] = result.max
+  }
   return fields
 }
 
@@ -101,9 +85,9 @@ export const logDecision = (logger: Logger, command: Command, result: Result, re
 
 /** Logs a command refused before any decision (bad field, wrong partition). */
 export const logRefusal = (logger: Logger, subject: string, result: Result, ref?: string): void => {
-  const level = result.status === "invalid_request" || result.status === "wrong_partition" ? "warn" : "error"
-  if (!logger.isLevelEnabled(level)) return
-  logger[level]({ subject, ...resultFields(result), ref }, `command ${result.status}`)
+  // A caller's mistake, one line per request: counted by the metrics, detailed at debug.
+  if (!logger.isLevelEnabled("debug")) return
+  logger.debug({ subject, ...resultFields(result), ref }, `command ${result.status}`)
 }
 
 /** For the actor: a hold or slot lease that ran out. */
@@ -111,5 +95,6 @@ export const logExpiry = (
   logger: Logger,
   fields: { readonly user: string; readonly id?: string; readonly job?: string; readonly meter?: string }
 ): void => {
-  logger.info({ ...fields, status: "expired" }, fields.job === undefined ? "hold expired" : "slot expired")
+  if (!logger.isLevelEnabled("debug")) return
+  logger.debug({ ...fields, status: "expired" }, fields.job === undefined ? "hold expired" : "slot expired")
 }

@@ -1,6 +1,6 @@
 /**
  * Retries: `unavailable`, `overloaded`, no responders and timeouts are retried with the same command
- * (same id), until attempts run out; `busy` and service errors are answers, never retried.
+ * (same id), until attempts run out; `busy`, `limit_reached` and service errors are answers, never retried.
  */
 import { connect } from "@nats-io/transport-node"
 import { Effect } from "effect"
@@ -122,6 +122,18 @@ describe("retried outcomes", () => {
       retryAfterMs: 1_234
     })
     expect(fake.commandsReceived()).toHaveLength(1)
+    expect(client.counters().retries).toBe(0)
+  })
+
+  it("does not retry limit_reached: a per-user bound answers the same until the caller frees something", async () => {
+    answer = () => ({ status: "limit_reached", bound: "pending_holds", max: 10_000 })
+    const client = await makeClient()
+    expect(await client.reserve(reserveOf("bounded"))).toEqual({
+      status: "limit_reached",
+      bound: "pending_holds",
+      max: 10_000
+    })
+    expect(copiesOf("bounded")).toHaveLength(1)
     expect(client.counters().retries).toBe(0)
   })
 

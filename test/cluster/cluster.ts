@@ -171,17 +171,22 @@ export const withoutDecisions = (output: string): string =>
 // Probe
 // ---------------------------------------------------------------------------------------------
 
-/** One `get_usage` per partition, straight over NATS (no SDK retries): which partitions answer `ok`. */
+/**
+ * One `get_usage` per partition, straight over NATS (no SDK retries): which partitions answer `ok`.
+ * `index` picks the probe users (a fresh index asks about users no process has in memory, so only a
+ * process that can load them from Postgres answers `ok`).
+ */
 export const probePartitions = async (
   nc: NatsConnection,
   prefix: string,
   partitions: number,
-  timeoutMs: number
+  timeoutMs: number,
+  index = 0
 ): Promise<Set<number>> => {
   const answered = new Set<number>()
   await Promise.all(
     Array.from({ length: partitions }, async (_, partition) => {
-      const user = userOnPartition("probe", partition, 0, partitions)
+      const user = userOnPartition("probe", partition, index, partitions)
       try {
         const reply = await nc.request(
           `${prefix}.v1.${partition}.ops`,
@@ -222,6 +227,60 @@ export const timeUntilEveryPartitionAnswers = async (
     await sleep(Math.max(0, 50 - (Date.now() - roundStarted)))
   }
 }
+
+/**
+ * Probes every partition every `intervalMs` until stopped, each round about users no process has seen
+ * (so an `ok` comes only from a process that can load them, not from one answering from memory).
+ * `stop` returns, per partition, the start times of the rounds it answered `ok` in.
+ */
+export const watchPartitions = (
+  nc: NatsConnection,
+  prefix: string,
+  partitions: number,
+  intervalMs = 100
+): { readonly stop: () => Promise<Map<number, Array<number>>> } => {
+  const oks = new Map<number, Array<number>>(Array.from({ length: partitions }, (_, p) => [p, []]))
+  let running = true
+  const loop = (async () => {
+    for (let round = 1; running; round += 1) {
+      const roundStarted = Date.now()
+      const answered = await probePartitions(nc, prefix, partitions, 500, round)
+      for (const partition of answered) oks.get(partition)!.push(roundStarted)
+      await sleep(Math.max(0, intervalMs - (Date.now() - roundStarted)))
+    }
+  })()
+  return {
+    stop: async () => {
+      running = false
+      await loop
+      return oks
+    }
+  }
+}
+
+export interface Gap {
+  readonly partition: number
+  /** The last `ok` before the gap (or `from`), and the first after it (or `to`, if none came). */
+  readonly from: number
+  readonly to: number
+  readonly ms: number
+}
+
+/** Per partition, the longest stretch without an `ok` that overlaps [from, to]. */
+export const longestGaps = (
+  oks: ReadonlyMap<number, ReadonlyArray<number>>,
+  from: number,
+  to: number
+): Array<Gap> =>
+  [...oks].map(([partition, times]) => {
+    let longest: Gap = { partition, from, to: from, ms: 0 }
+    let previous = times.filter((time) => time <= from).at(-1) ?? from
+    for (const time of [...times.filter((time) => time > from && time <= to), to]) {
+      if (time - previous > longest.ms) longest = { partition, from: previous, to: time, ms: time - previous }
+      previous = time
+    }
+    return longest
+  })
 
 // ---------------------------------------------------------------------------------------------
 // Load
@@ -435,11 +494,17 @@ export class Load {
 // Checks beyond checkDatabase
 // ---------------------------------------------------------------------------------------------
 
+/** What the checks below read of a load: the holds and commits acknowledged, and each user's limit. */
+export interface GrantRecord {
+  readonly acknowledged: Pick<AcknowledgedWrites, "holds" | "commits">
+  readonly limits: ReadonlyMap<string, number>
+}
+
 /**
  * Over-grants as the clients saw them: per user, the amounts of every hold acknowledged (`reserved` or
  * `exists`) must fit the limit, since the load never returns capacity (no release, full commits).
  */
-export const clientOverGrants = (load: Load): Array<string> => {
+export const clientOverGrants = (load: GrantRecord): Array<string> => {
   const granted = new Map<string, number>()
   for (const hold of load.acknowledged.holds.values())
     granted.set(hold.user, (granted.get(hold.user) ?? 0) + hold.amount)
@@ -458,7 +523,7 @@ export const clientOverGrants = (load: Load): Array<string> => {
  * commit resolved). Also the DB-side form of "no over-grant": per user, the amounts of pending and
  * committed holds fit the limit.
  */
-export const databaseAgainstClients = async (pool: pg.Pool, load: Load): Promise<Array<string>> => {
+export const databaseAgainstClients = async (pool: pg.Pool, load: GrantRecord): Promise<Array<string>> => {
   const violations: Array<string> = []
   const rows = await pool.query<{
     user_id: string

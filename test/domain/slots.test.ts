@@ -89,7 +89,33 @@ const acquireRows: Array<Row> = [
     durable: true
   },
   {
-    name: "FIFO: a retry of a waiting job keeps its place (one answer for both callers)",
+    name: "a repeat of a waiting job replaces the earlier request, answered busy at once (revision 1.2)",
+    given: [acquire("j1"), waitFor("j2")],
+    when: waitFor("j2"),
+    random: 0,
+    then: null,
+    wakes: { j2: { status: "busy", limit: 1, held: 1, retryAfterMs: 30_000 } },
+    durable: false
+  },
+  {
+    name: "a repeat of a waiting job with waitMs 0: both requests busy, the job leaves the queue",
+    given: [acquire("j1"), waitFor("j2"), waitFor("j3")],
+    when: acquire("j2"),
+    random: 0,
+    then: { status: "busy", limit: 1, held: 1, retryAfterMs: 30_000 },
+    wakes: { j2: { status: "busy", limit: 1, held: 1, retryAfterMs: 30_000 } },
+    durable: false
+  },
+  {
+    name: "a job whose repeat did not wait is no longer queued: the freed slot goes to the next",
+    given: [acquire("j1"), waitFor("j2"), waitFor("j3"), acquire("j2")],
+    when: releaseSlot("j1"),
+    then: { status: "released", limit: 1, held: 0 },
+    wakes: { j3: { status: "acquired", limit: 1, held: 1, leaseExpiresAt: lease } },
+    durable: true
+  },
+  {
+    name: "FIFO: a repeat of a waiting job keeps the job's place in the queue",
     given: [acquire("j1"), waitFor("j2"), waitFor("j3"), waitFor("j2")],
     when: releaseSlot("j1"),
     then: { status: "released", limit: 1, held: 0 },
@@ -97,12 +123,29 @@ const acquireRows: Array<Row> = [
     durable: true
   },
   {
-    name: "a retry of a waiting job extends its wait to the later deadline",
+    name: "the repeat's own waitMs applies: a shorter one ends the wait sooner",
+    given: [acquire("j1"), waitFor("j2", 10_000), at(1_000, waitFor("j2", 2_000))],
+    when: at(3_000, tick()),
+    random: 0,
+    then: null,
+    wakes: { j2: { status: "busy", limit: 1, held: 1, retryAfterMs: 30_000 } },
+    durable: false
+  },
+  {
+    name: "the repeat's own waitMs applies: a longer one waits past the first deadline",
     given: [acquire("j1"), waitFor("j2", 5_000), at(1_000, waitFor("j2", 10_000))],
     when: at(5_000, tick()),
     then: null,
     wakes: {},
     durable: false
+  },
+  {
+    name: "the repeat's own leaseMs applies when the slot is handed over",
+    given: [acquire("j1"), waitFor("j2", 60_000, 10_000), waitFor("j2", 60_000, 20_000)],
+    when: releaseSlot("j1"),
+    then: { status: "released", limit: 1, held: 0 },
+    wakes: { j2: { status: "acquired", limit: 1, held: 1, leaseExpiresAt: T0 + 20_000 } },
+    durable: true
   },
   {
     name: "the wait runs out: busy, with retryAfterMs",

@@ -80,7 +80,7 @@ export const checkRow = (row: Row): Run => {
   for (const [index, result] of run.givenResults.entries()) {
     // A setup step must be accepted; a row that tests a rejection puts it in `when`.
     expect(
-      ["invalid_request", "unavailable", "overloaded"],
+      ["invalid_request", "unavailable", "overloaded", "limit_reached"],
       `given #${index} answered ${JSON.stringify(result)}`
     ).not.toContain(result?.status)
   }

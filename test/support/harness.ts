@@ -51,6 +51,8 @@ export interface HarnessOptions {
   readonly actorIdleMs?: number
   /** Caps resident actors: a new user evicts the least recently used idle one, or is `overloaded`. */
   readonly residentActorsMax?: number
+  /** Caps resident actors with waiters (apart from the above): past it the oldest one's waits end `busy`. */
+  readonly waitingActorsMax?: number
   /**
    * Commands an actor decides per write. Small, more commands queue than one group takes, so one actor
    * run decides and writes several groups in turn (a hot user's path).
@@ -77,6 +79,7 @@ export const startCoordinator = async (options: HarnessOptions): Promise<Coordin
         sweepIntervalMs: 0,
         ...(options.actorIdleMs === undefined ? {} : { actorIdleMs: options.actorIdleMs }),
         ...(options.residentActorsMax === undefined ? {} : { residentActorsMax: options.residentActorsMax }),
+        ...(options.waitingActorsMax === undefined ? {} : { waitingActorsMax: options.waitingActorsMax }),
         ...(options.decisionsPerWriteMax === undefined
           ? {}
           : { decisionsPerWriteMax: options.decisionsPerWriteMax }),

@@ -43,9 +43,12 @@ export interface ModelHold {
 
 export interface ModelWaiter {
   readonly job: string
-  readonly leaseMs: number
+  leaseMs: number
   deadlineAt: number
-  /** Callers (ids the test gave each fired acquire_slot) waiting on this job: all get the same answer. */
+  /**
+   * The caller (the id the test gave the fired acquire_slot) waiting on this job: one at most
+   * (revision 1.2: a repeat replaces the earlier request, which is answered busy at once).
+   */
   readonly callers: Array<number>
 }
 
@@ -442,19 +445,28 @@ const decideOne = (
         user.slots[command.job] = state.now + command.leaseMs
         return slotReply(config, user, "acquired", { leaseExpiresAt: state.now + command.leaseMs })
       }
-      if (command.waitMs === 0) return slotReply(config, user, "busy", { retryAfterMs: anyRetryAfterMs })
       const queued = user.waiters.find((waiter) => waiter.job === command.job)
       if (queued !== undefined) {
-        queued.deadlineAt = Math.max(queued.deadlineAt, state.now + command.waitMs)
+        // Revision 1.2: the repeat replaces the earlier request as the waiter, with its own waitMs (and
+        // leaseMs); the earlier request is answered busy at once.
+        const busy = slotReply(config, user, "busy", { retryAfterMs: anyRetryAfterMs })
+        for (const earlier of queued.callers.splice(0)) wakes.push({ caller: earlier, result: busy })
+        if (command.waitMs === 0) {
+          user.waiters.splice(user.waiters.indexOf(queued), 1)
+          return busy
+        }
+        queued.deadlineAt = state.now + command.waitMs
+        queued.leaseMs = command.leaseMs
         queued.callers.push(caller)
-      } else {
-        user.waiters.push({
-          job: command.job,
-          leaseMs: command.leaseMs,
-          deadlineAt: state.now + command.waitMs,
-          callers: [caller]
-        })
+        return "waits"
       }
+      if (command.waitMs === 0) return slotReply(config, user, "busy", { retryAfterMs: anyRetryAfterMs })
+      user.waiters.push({
+        job: command.job,
+        leaseMs: command.leaseMs,
+        deadlineAt: state.now + command.waitMs,
+        callers: [caller]
+      })
       return "waits"
     }
     case "renew_slot": {
@@ -591,13 +603,21 @@ export const canonicalEvents = (events: ReadonlyArray<QuotaEvent>): Array<QuotaE
 
 /** The statuses PROTOCOL.md allows for each operation (errors any command may get included). */
 export const allowedStatuses: Record<Command["op"], ReadonlyArray<string>> = {
-  reserve: ["reserved", "exists", "conflict", "closed", "insufficient_quota", "unknown_meter"],
-  consume: ["consumed", "exists", "not_found", "closed"],
+  reserve: [
+    "reserved",
+    "exists",
+    "conflict",
+    "closed",
+    "insufficient_quota",
+    "unknown_meter",
+    "limit_reached"
+  ],
+  consume: ["consumed", "exists", "not_found", "closed", "limit_reached"],
   commit: ["committed", "exists", "closed", "not_found"],
   release: ["released", "exists", "closed", "not_found"],
   extend: ["extended", "closed", "not_found"],
   adjust: ["adjusted", "exists", "conflict", "unknown_meter"],
-  acquire_slot: ["acquired", "exists", "busy"],
+  acquire_slot: ["acquired", "exists", "busy", "limit_reached"],
   renew_slot: ["renewed", "not_found"],
   release_slot: ["released", "not_found"],
   get_usage: ["ok"],

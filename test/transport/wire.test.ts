@@ -25,6 +25,42 @@ const ops = async (user: string, command: Record<string, unknown>): Promise<Repl
 const admin = async (user: string, command: Record<string, unknown>): Promise<Reply> =>
   (await harness.call(user, { user, ...command }, "admin")) as Reply
 
+describe("limit_reached (revision 1.2)", () => {
+  // A coordinator of its own without the per-decision recount (O(holds) each: quadratic here).
+  let bounded: Harness
+  beforeAll(async () => {
+    bounded = await startHarness({ label: "wire-bounds", coordinator: { assertFull: false } })
+  })
+  afterAll(async () => {
+    await bounded.close()
+  })
+  const boundedOps = async (user: string, command: Record<string, unknown>): Promise<Reply> =>
+    (await bounded.call(user, { user, ...command })) as Reply
+
+  it("a reserve past 10 000 pending holds: bound pending_holds and max, with ref; nothing changed", async () => {
+    const user = freshUser()
+    for (let batch = 0; batch < 10; batch += 1) {
+      const commands = Array.from({ length: 1_000 }, (_, index) => ({
+        op: "reserve",
+        user,
+        meter: "analysis",
+        amount: 0,
+        id: `h${batch * 1_000 + index}`
+      }))
+      const results = (await bounded.call(user, commands)) as Array<Reply>
+      expect(new Set(results.map((result) => result["status"]))).toEqual(new Set(["reserved"]))
+    }
+    expect(
+      await boundedOps(user, { op: "reserve", meter: "analysis", amount: 0, id: "past", ref: "r" })
+    ).toEqual({ status: "limit_reached", bound: "pending_holds", max: 10_000, ref: "r" })
+    expect(await boundedOps(user, { op: "reserve", meter: "analysis", amount: 0, id: "h1" })).toMatchObject({
+      status: "exists"
+    })
+    const usage = await boundedOps(user, { op: "get_usage" })
+    expect((usage["meters"] as Array<Reply>)[0]).toMatchObject({ meter: "analysis", pendingHolds: 10_000 })
+  })
+})
+
 describe("reserve", () => {
   it("reserved, exists, conflict, then closed after release; with the meter's state", async () => {
     const user = freshUser()
@@ -183,6 +219,19 @@ describe("slots", () => {
     await new Promise((resolve) => setTimeout(resolve, 50))
     expect(await ops(user, { op: "release_slot", job: "first" })).toMatchObject({ status: "released" })
     expect(await waiting).toMatchObject({ status: "acquired", job: "second" })
+  })
+
+  it("a repeated acquire_slot of a waiting job: the earlier request is answered busy at once (revision 1.2)", async () => {
+    const user = freshUser()
+    await ops(user, { op: "acquire_slot", job: "first" })
+    const earlier = ops(user, { op: "acquire_slot", job: "second", waitMs: 300_000, ref: "earlier" })
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    const repeat = ops(user, { op: "acquire_slot", job: "second", waitMs: 300_000, ref: "repeat" })
+    const answered = await earlier
+    expect(answered).toMatchObject({ status: "busy", limit: 1, held: 1, ref: "earlier" })
+    expect(typeof answered["retryAfterMs"]).toBe("number")
+    expect(await ops(user, { op: "release_slot", job: "first" })).toMatchObject({ status: "released" })
+    expect(await repeat).toMatchObject({ status: "acquired", job: "second", ref: "repeat" })
   })
 
   it("a system job (empty user) is acquired with limit null and held 0; renew and release are not_found", async () => {

@@ -9,6 +9,7 @@ import pg from "pg"
 import type { StoreEvent, StoredUser } from "../../domain/events.js"
 import {
   idRetentionMs,
+  loadRememberedIdsPerUserMax,
   storeConnectTimeoutMs,
   storeEventsPerCommitMax,
   storeLoadsInFlightMax,
@@ -17,7 +18,8 @@ import {
   storeQueryTimeoutMs
 } from "../../domain/limits.js"
 import type { Fence } from "../Fence.js"
-import { PartitionsFenced } from "../Fence.js"
+import { PartitionsFenced, WriteOutcomeUnknown } from "../Fence.js"
+import { makeOutcomeDoubts } from "./outcomeDoubts.js"
 import type { MetricsRecorder } from "../../ops/MetricsRecorder.js"
 import type { OutboxCounts } from "../../events/OutboxCounts.js"
 import { Outbox } from "../../events/Outbox.js"
@@ -30,8 +32,8 @@ import type { StoreShape } from "../Store.js"
 import { Store, StoreUnavailable } from "../Store.js"
 import type { InvalidSchemaName, SchemaTooNew, MigrationFilesInvalid, SettingsMismatch } from "./errors.js"
 import { checkSchemaName, storeUnavailable } from "./errors.js"
-import type { LoadUserRow } from "./loadUser.js"
-import { loadUsersSql, storedUserFromRow } from "./loadUser.js"
+import type { LoadUserRow, RecallRow } from "./loadUser.js"
+import { loadUsersSql, recallSql, recalledFromRow, storedUserFromRow } from "./loadUser.js"
 import { fromStoredText, toStoredText } from "./storedText.js"
 import { makeLoadBatch } from "../LoadBatch.js"
 import { migrate } from "./migrate.js"
@@ -71,7 +73,22 @@ export interface PostgresStoreOptions {
   readonly outboxCounts?: OutboxCounts
   /** false: events are not recorded (QUOTA_EVENTS_ENABLED=false). Default true. */
   readonly recordEvents?: boolean
+  /**
+   * Make a commit of unknown outcome final before loading again (see OutcomeDoubts.ts). Default: as
+   * `pipelined` (a real server). The embedded PGlite runs one session at a time, so a load there
+   * cannot start before the transaction it follows has ended.
+   */
+  readonly settleUnknownOutcomes?: boolean
 }
+
+/**
+ * Whether a group's failure is one submission's doing and says nothing of the others': a row that
+ * violates a constraint (integrity class 23: a ledger key applied twice), or a partition fenced. The
+ * group commit then writes its submissions one by one (GroupCommit's `isolate`).
+ */
+const failedBecauseOfOneSubmission = (error: StoreUnavailable): boolean =>
+  error.cause instanceof PartitionsFenced ||
+  (error.cause instanceof pg.DatabaseError && (error.cause.code ?? "").startsWith("23"))
 
 /** Events a write records, per partition (empty for nearly every write). */
 const eventsByPartition = (events: ReadonlyArray<StoreEvent>, partitions: number): Map<number, number> => {
@@ -115,6 +132,7 @@ export interface PostgresStore extends StoreShape {
 
 const queryStatements = (schema: string) => ({
   loadUsers: loadUsersSql(schema),
+  recall: recallSql(schema),
   usersWithExpiries: `
     select user_id from (
       select user_id from "${schema}".holds where state = 'pending' and expires_at <= $1
@@ -190,12 +208,15 @@ export const makePostgresStore = (
     }
 
     const metrics = options.metrics ?? noMetrics
+    const doubts = makeOutcomeDoubts(pool, options.settleUnknownOutcomes ?? options.pipelined ?? false)
     const commitGroup = (events: ReadonlyArray<StoreEvent>) =>
       Effect.tryPromise({
         try: () =>
           writeGroup(pool, statements, events, partitions, options.fence, options.pipelined ?? false),
         catch: (cause) => {
           if (cause instanceof PartitionsFenced) metrics.writeFenced()
+          // Recorded before any waiter hears of the failure: the reloads it causes wait for the outcome.
+          if (cause instanceof WriteOutcomeUnknown) doubts.add(cause.backend)
           return storeUnavailable(`commit ${events.length} events`)(cause)
         }
       })
@@ -213,6 +234,7 @@ export const makePostgresStore = (
                 )
               }),
       itemsPerCommitMax: options.eventsPerCommitMax ?? storeEventsPerCommitMax,
+      isolate: failedBecauseOfOneSubmission,
       writersMax: options.writersMax ?? storeWritersMax,
       closed: () => new StoreUnavailable({ reason: "the store is shutting down" })
     })
@@ -223,9 +245,14 @@ export const makePostgresStore = (
         const result = await pool.query<LoadUserRow & { user_id: string }>({
           ...(options.pipelined === true ? { name: loadStatementName } : {}),
           text: queries.loadUsers,
-          values: [users.map(toStoredText), now - idRetentionMs]
+          values: [users.map(toStoredText), now - idRetentionMs, loadRememberedIdsPerUserMax + 1]
         })
-        return new Map(result.rows.map((row) => [fromStoredText(row.user_id), storedUserFromRow(row)]))
+        return new Map(
+          result.rows.map((row) => [
+            fromStoredText(row.user_id),
+            storedUserFromRow(row, loadRememberedIdsPerUserMax)
+          ])
+        )
       },
       keysPerQueryMax: storeUsersPerLoadMax,
       queriesInFlightMax: storeLoadsInFlightMax
@@ -256,10 +283,24 @@ export const makePostgresStore = (
     const store: PostgresStore = {
       load: (user, now) =>
         Effect.tryPromise({
-          try: () => loads.load(user, now),
+          try: () =>
+            doubts.pending() ? doubts.settle().then(() => loads.load(user, now)) : loads.load(user, now),
           catch: storeUnavailable(`load user ${JSON.stringify(user)}`)
         }),
       write,
+      recall: (user, ids, now) =>
+        Effect.tryPromise({
+          try: async () => {
+            const result = await pool.query<RecallRow>(queries.recall, [
+              toStoredText(user),
+              ids.holds.map(toStoredText),
+              ids.adjustments.map(toStoredText),
+              now - idRetentionMs
+            ])
+            return recalledFromRow(result.rows[0]!)
+          },
+          catch: storeUnavailable(`recall ids of user ${JSON.stringify(user)}`)
+        }),
       usersWithExpiries: (now, limit, inPartitions) =>
         Effect.tryPromise({
           try: async () => {
@@ -347,6 +388,8 @@ export interface PostgresStoreLayerOptions {
    * Postgres ends its session; this bounds that, so a claim is not held back much past the lease.
    */
   readonly idleInTransactionMs?: number
+  /** Client-side wait for a statement's answer (default storeQueryTimeoutMs); tests shorten it. */
+  readonly queryTimeoutMs?: number
   readonly metrics?: MetricsRecorder
   readonly outboxCounts?: OutboxCounts
   readonly recordEvents?: boolean
@@ -414,7 +457,8 @@ export const postgresStoreLayer = (
         poolConfig(options.connectionString, options.poolMax, pipelined, {
           ...(options.idleInTransactionMs === undefined
             ? {}
-            : { idleInTransactionMs: options.idleInTransactionMs })
+            : { idleInTransactionMs: options.idleInTransactionMs }),
+          ...(options.queryTimeoutMs === undefined ? {} : { queryTimeoutMs: options.queryTimeoutMs })
         })
       )
       yield* migrate(pool, schema)

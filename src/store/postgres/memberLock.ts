@@ -21,11 +21,13 @@ const relockDelayMs = 250
 
 /**
  * Takes the lock for the life of the scope. `onLost` is told when the lock's connection ended (the
- * others may then take this process for dead: its writes are fenced by epoch if they do).
+ * others may then take this process for dead: its writes are fenced by epoch if they do), `onLocked`
+ * each time the lock is held (again).
  */
 export const holdMemberLock = (
   connectionString: string,
-  onLost: (reason: string) => void
+  onLost: (reason: string) => void,
+  onLocked: () => void = () => {}
 ): Effect.Effect<MemberLock, never, Scope.Scope> =>
   Effect.gen(function* () {
     let key: number | null = null
@@ -50,6 +52,7 @@ export const holdMemberLock = (
         }
       }
       client = next
+      onLocked()
       next.once("end", () => {
         if (client === next) {
           key = null

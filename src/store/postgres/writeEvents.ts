@@ -4,11 +4,11 @@
  * row that appears several times in the group is collapsed to its last image first, because one
  * `insert ... on conflict do update` may not touch the same row twice.
  */
-import type pg from "pg"
+import pg from "pg"
 import type { HoldRecord, LedgerOperation, StoreEvent } from "../../domain/events.js"
 import { fnv1a32OfString, partitionOf } from "../../domain/partition.js"
 import type { Fence } from "../Fence.js"
-import { PartitionsFenced } from "../Fence.js"
+import { PartitionsFenced, WriteOutcomeUnknown } from "../Fence.js"
 import { integerArrayLiteral, textArrayLiteral } from "./arrayLiteral.js"
 import { toStoredTextOrNull } from "./storedText.js"
 import { withCheckedOutClient } from "./checkedOutClient.js"
@@ -344,8 +344,20 @@ export const writeGroup = async (
       ? await Promise.allSettled(submitCorked(client, all))
       : await sequentially(client, all)
     const failure = settled.find((outcome) => outcome.status === "rejected")
-    const commit = settled[settled.length - 1]
+    const commit = settled.length === all.length ? settled[settled.length - 1] : undefined
     if (failure !== undefined) {
+      // COMMIT was sent (pipelined: with everything; one by one: reached) and neither its answer nor a
+      // server error came back: only the server knows how the transaction ended, or will end.
+      if (
+        commit !== undefined &&
+        commit.status === "rejected" &&
+        !settled.some(
+          (outcome) => outcome.status === "rejected" && outcome.reason instanceof pg.DatabaseError
+        )
+      ) {
+        const backend = backendOf(client)
+        if (backend !== undefined) throw new WriteOutcomeUnknown(backend, failure.reason)
+      }
       const lost = lostPartitionsOf(failure.reason)
       if (fence !== undefined && fenced !== undefined && lost !== undefined) {
         fence.superseded(
@@ -362,6 +374,12 @@ export const writeGroup = async (
       throw new Error(`commit answered ${commit.value.command}`)
     }
   })
+}
+
+/** The server process behind a connection (pg reads it at connect; its types do not declare it). */
+const backendOf = (client: pg.PoolClient): number | undefined => {
+  const backend = (client as unknown as { processID?: unknown }).processID
+  return typeof backend === "number" ? backend : undefined
 }
 
 /**

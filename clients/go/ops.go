@@ -1,0 +1,157 @@
+package quota
+
+import (
+	"context"
+	"time"
+)
+
+// The operations of PROTOCOL.md, on {prefix}.v1.{partition}.ops. Each returns the result, whatever its
+// status, or an error when the outcome could not be found out (see RetriesExhaustedError,
+// ServiceError, TransportError, ErrClosed, and the context's own errors).
+
+// Reserve asks for a hold.
+func (c *Client) Reserve(ctx context.Context, in Reserve) (ReserveResult, error) {
+	w, err := c.call(ctx, kindOps, in.User, "reserve", reserveCommand{
+		Op: "reserve", User: in.User, Meter: in.Meter, Amount: in.Amount, ID: in.ID, TTLMs: millis(in.TTL), Ref: in.Ref,
+	}, 0)
+	if err != nil {
+		return ReserveResult{}, err
+	}
+	return w.reserveResult(), nil
+}
+
+// Consume moves an amount from a hold into usage now.
+func (c *Client) Consume(ctx context.Context, in Consume) (HoldResult, error) {
+	return c.holdCall(ctx, in.User, "consume", consumeCommand{
+		Op: "consume", User: in.User, ID: in.ID, Amount: in.Amount, Key: in.Key, Ref: in.Ref,
+	})
+}
+
+// Commit ends a hold, charging the work's actual usage.
+func (c *Client) Commit(ctx context.Context, in Commit) (HoldResult, error) {
+	return c.holdCall(ctx, in.User, "commit", commitCommand{
+		Op: "commit", User: in.User, ID: in.ID, Amount: in.Amount, Ref: in.Ref,
+	})
+}
+
+// Release ends a hold, returning its unconsumed rest.
+func (c *Client) Release(ctx context.Context, in Release) (HoldResult, error) {
+	return c.holdCall(ctx, in.User, "release", holdIDCommand{Op: "release", User: in.User, ID: in.ID, Ref: in.Ref})
+}
+
+// Extend moves a hold's expiry.
+func (c *Client) Extend(ctx context.Context, in Extend) (HoldResult, error) {
+	return c.holdCall(ctx, in.User, "extend", extendCommand{
+		Op: "extend", User: in.User, ID: in.ID, TTLMs: millis(in.TTL), Ref: in.Ref,
+	})
+}
+
+func (c *Client) holdCall(ctx context.Context, user, op string, command any) (HoldResult, error) {
+	w, err := c.call(ctx, kindOps, user, op, command, 0)
+	if err != nil {
+		return HoldResult{}, err
+	}
+	return w.holdResult(), nil
+}
+
+// Adjust changes usage directly: a charge or a refund.
+func (c *Client) Adjust(ctx context.Context, in Adjust) (AdjustResult, error) {
+	w, err := c.call(ctx, kindOps, in.User, "adjust", adjustCommand{
+		Op: "adjust", User: in.User, Meter: in.Meter, Amount: in.Amount, ID: in.ID, Ref: in.Ref,
+	}, 0)
+	if err != nil {
+		return AdjustResult{}, err
+	}
+	return w.adjustResult(), nil
+}
+
+// AcquireSlot asks for one of the user's slots. busy is an answer, not retried: the caller snoozes
+// RetryAfter. With a Wait the command goes in a message of its own and waits for its reply that much
+// longer.
+func (c *Client) AcquireSlot(ctx context.Context, in AcquireSlot) (SlotResult, error) {
+	wait := in.Wait
+	if wait < 0 {
+		wait = 0
+	}
+	return c.slotCall(ctx, in.User, "acquire_slot", slotCommand{
+		Op: "acquire_slot", User: in.User, Job: in.Job, LeaseMs: millis(in.Lease), WaitMs: millis(in.Wait), Ref: in.Ref,
+	}, wait)
+}
+
+// RenewSlot extends a slot's lease.
+func (c *Client) RenewSlot(ctx context.Context, in RenewSlot) (SlotResult, error) {
+	return c.slotCall(ctx, in.User, "renew_slot", slotCommand{
+		Op: "renew_slot", User: in.User, Job: in.Job, LeaseMs: millis(in.Lease), Ref: in.Ref,
+	}, 0)
+}
+
+// ReleaseSlot frees a slot.
+func (c *Client) ReleaseSlot(ctx context.Context, in ReleaseSlot) (SlotResult, error) {
+	return c.slotCall(ctx, in.User, "release_slot", slotCommand{Op: "release_slot", User: in.User, Job: in.Job, Ref: in.Ref}, 0)
+}
+
+func (c *Client) slotCall(ctx context.Context, user, op string, command any, wait time.Duration) (SlotResult, error) {
+	w, err := c.call(ctx, kindOps, user, op, command, wait)
+	if err != nil {
+		return SlotResult{}, err
+	}
+	return w.slotResult(), nil
+}
+
+// GetUsage returns the user's plan, meters and slots.
+func (c *Client) GetUsage(ctx context.Context, in GetUsage) (UsageResult, error) {
+	return c.usageCall(ctx, kindOps, in)
+}
+
+func (c *Client) usageCall(ctx context.Context, kind subjectKind, in GetUsage) (UsageResult, error) {
+	w, err := c.call(ctx, kind, in.User, "get_usage", userCommand{Op: "get_usage", User: in.User, Ref: in.Ref}, 0)
+	if err != nil {
+		return UsageResult{}, err
+	}
+	return w.usageResult(), nil
+}
+
+// Admin is the administration operations, on {prefix}.v1.{partition}.admin: NATS permissions may
+// reserve them to operators, and then a service's call fails (the server refuses the publish).
+type Admin struct {
+	c *Client
+}
+
+// Admin returns the client's administration operations.
+func (c *Client) Admin() Admin { return Admin{c: c} }
+
+// SetPlan moves a user to a plan: ok, unknown_plan.
+func (a Admin) SetPlan(ctx context.Context, in SetPlan) (AdminResult, error) {
+	w, err := a.c.call(ctx, kindAdmin, in.User, "set_plan", setPlanCommand{Op: "set_plan", User: in.User, Plan: in.Plan, Ref: in.Ref}, 0)
+	if err != nil {
+		return AdminResult{}, err
+	}
+	return AdminResult{Outcome: w.outcome()}, nil
+}
+
+// SetLimit sets (or with a nil Limit clears) a user's own limit of a meter: ok, unknown_meter.
+func (a Admin) SetLimit(ctx context.Context, in SetLimit) (AdminResult, error) {
+	w, err := a.c.call(ctx, kindAdmin, in.User, "set_limit", setLimitCommand{
+		Op: "set_limit", User: in.User, Meter: in.Meter, Limit: in.Limit, Ref: in.Ref,
+	}, 0)
+	if err != nil {
+		return AdminResult{}, err
+	}
+	return AdminResult{Outcome: w.outcome()}, nil
+}
+
+// GetUsage is get_usage on the .admin subject.
+func (a Admin) GetUsage(ctx context.Context, in GetUsage) (UsageResult, error) {
+	return a.c.usageCall(ctx, kindAdmin, in)
+}
+
+// ListHolds lists a user's holds, oldest first.
+func (a Admin) ListHolds(ctx context.Context, in ListHolds) (ListHoldsResult, error) {
+	w, err := a.c.call(ctx, kindAdmin, in.User, "list_holds", listHoldsCommand{
+		Op: "list_holds", User: in.User, State: in.State, Limit: in.Limit, Ref: in.Ref,
+	}, 0)
+	if err != nil {
+		return ListHoldsResult{}, err
+	}
+	return w.listHoldsResult(), nil
+}

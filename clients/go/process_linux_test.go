@@ -1,0 +1,10 @@
+package quota
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+func stopWithParent(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+}

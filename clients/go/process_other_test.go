@@ -1,0 +1,7 @@
+//go:build !linux
+
+package quota
+
+import "os/exec"
+
+func stopWithParent(cmd *exec.Cmd) {}

@@ -1,0 +1,154 @@
+/**
+ * Ownership under faults (issue 19, items 3 and 4), one process against the real ownership tables:
+ * - its member lock's session ends (the others may claim at once): it answers for no partition from
+ *   that instant, steps down from all, and claims again only through a normal round once the lock is
+ *   held again; a claim answered after the loss is handed back;
+ * - its local deadline holds on the wall clock too (a suspended machine's monotonic clock stands still);
+ * - a claim whose serving failed is undone and the leases released, so a later round claims and serves
+ *   it properly (before, later rounds only renewed it: never served, its publisher never started).
+ */
+import { Effect } from "effect"
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest"
+import type { OwnershipOptions, OwnershipState } from "../../src/cluster/PartitionOwnership.js"
+import { makeOwnershipState, memberLockLost, ownershipRound } from "../../src/cluster/PartitionOwnership.js"
+import { migrate } from "../../src/store/postgres/migrate.js"
+import type { OwnershipQueries } from "../../src/store/postgres/ownership.js"
+import { makeOwnershipQueries } from "../../src/store/postgres/ownership.js"
+import { createTestSchema } from "../support/database.js"
+
+const database = createTestSchema("ownership_faults")
+const pool = database.pool({ max: 4 })
+const partitions = 4
+const leaseMs = 60_000
+
+beforeAll(() => Effect.runPromise(migrate(pool, database.schema)))
+afterAll(() => database.drop())
+
+const leaseRows = async (): Promise<Array<{ partition: number; owner: string; live: boolean }>> =>
+  (
+    await pool.query<{ partition: number; owner: string; live: boolean }>(
+      `select partition, owner, lease_expires_at > (extract(epoch from clock_timestamp()) * 1000)::bigint as live
+       from "${database.schema}".partition_owners order by partition`
+    )
+  ).rows
+
+const ownershipOf = (
+  state: OwnershipState,
+  events: Array<string>,
+  queries: OwnershipQueries = makeOwnershipQueries(pool, database.schema),
+  serve: OwnershipOptions["serve"] = (served) =>
+    Effect.sync(() => events.push(...served.map((partition) => `serve ${partition}`)))
+): OwnershipOptions => ({
+  state,
+  queries,
+  partitions,
+  leaseMs,
+  renewIntervalMs: 1_000,
+  serve,
+  stop: (stopped) => Effect.sync(() => events.push(...stopped.map((partition) => `stop ${partition}`))),
+  log: () => {}
+})
+
+/** Each test starts as the only member, with every lease free. */
+const releaseEverything = async () => {
+  await pool.query(`update "${database.schema}".partition_owners set lease_expires_at = 0`)
+  await pool.query(`delete from "${database.schema}".members`)
+}
+
+describe("ownership when the member lock is lost", () => {
+  it("answers for no partition from the instant of the loss, steps down from all, claims again once locked", async () => {
+    await releaseEverything()
+    const state = makeOwnershipState("lock-owner")
+    const events: Array<string> = []
+    const options = ownershipOf(state, events)
+    await Effect.runPromise(ownershipRound(options))
+    expect([0, 1, 2, 3].map(state.servable)).toEqual([true, true, true, true])
+
+    events.length = 0
+    const stepDown = memberLockLost(options, "the member lock's connection ended")
+    // Before the step-down has even run: nothing is answered from memory any more.
+    expect([0, 1, 2, 3].map(state.servable)).toEqual([false, false, false, false])
+    await Effect.runPromise(stepDown)
+    expect(events).toEqual(["stop 0", "stop 1", "stop 2", "stop 3"])
+    expect(state.epochs.size).toBe(0)
+
+    // Without the lock a round claims nothing, though every lease is there to take.
+    await releaseEverything()
+    events.length = 0
+    await Effect.runPromise(ownershipRound(options))
+    expect(events).toEqual([])
+    expect([0, 1, 2, 3].map(state.servable)).toEqual([false, false, false, false])
+
+    // The lock is held again: the next normal round claims and serves.
+    state.memberLockHeld = true
+    await Effect.runPromise(ownershipRound(options))
+    expect(events).toEqual(["serve 0", "serve 1", "serve 2", "serve 3"])
+    expect([0, 1, 2, 3].map(state.servable)).toEqual([true, true, true, true])
+  })
+
+  it("hands back a claim that was in flight when the lock was lost", async () => {
+    await releaseEverything()
+    const state = makeOwnershipState("claim-in-flight-owner")
+    const events: Array<string> = []
+    const real = makeOwnershipQueries(pool, database.schema)
+    const holder: { options?: OwnershipOptions } = {}
+    const queries: OwnershipQueries = {
+      ...real,
+      claim: (owner, wanted, ms, dead) =>
+        Effect.tap(real.claim(owner, wanted, ms, dead), () =>
+          // The lock's connection ends while the claim's answer is on its way back.
+          Effect.andThen(
+            Effect.sync(() => memberLockLost(holder.options!, "lost during the claim")),
+            Effect.void
+          )
+        )
+    }
+    holder.options = ownershipOf(state, events, queries)
+    await Effect.runPromise(ownershipRound(holder.options))
+    expect(events).toEqual([])
+    expect(state.epochs.size).toBe(0)
+    expect((await leaseRows()).every((row) => !row.live)).toBe(true)
+  })
+})
+
+describe("the local deadline", () => {
+  it("runs out on the wall clock too: a suspended machine's monotonic clock stands still", async () => {
+    await releaseEverything()
+    const state = makeOwnershipState("suspended-owner")
+    const options = ownershipOf(state, [])
+    await Effect.runPromise(ownershipRound(options))
+    expect(state.servable(0)).toBe(true)
+    // A suspend of a whole lease: performance.now() did not move, Date.now() did.
+    const resumedAt = Date.now() + leaseMs
+    const spy = vi.spyOn(Date, "now").mockReturnValue(resumedAt)
+    try {
+      expect([0, 1, 2, 3].map(state.servable)).toEqual([false, false, false, false])
+    } finally {
+      spy.mockRestore()
+    }
+    expect(state.servable(0)).toBe(true)
+  })
+})
+
+describe("a claim whose serving failed", () => {
+  it("is stepped down from and released, and a later round claims and serves it", async () => {
+    await releaseEverything()
+    const state = makeOwnershipState("serve-fails-owner")
+    const events: Array<string> = []
+    let failures = 1
+    const options = ownershipOf(state, events, undefined, (served) =>
+      failures-- > 0
+        ? Effect.fail(new Error("flush rejected: reconnecting"))
+        : Effect.sync(() => events.push(...served.map((partition) => `serve ${partition}`)))
+    )
+    await Effect.runPromise(ownershipRound(options))
+    expect(events).toEqual(["stop 0", "stop 1", "stop 2", "stop 3"])
+    expect(state.epochs.size).toBe(0)
+    expect((await leaseRows()).every((row) => !row.live)).toBe(true)
+
+    events.length = 0
+    await Effect.runPromise(ownershipRound(options))
+    expect(events).toEqual(["serve 0", "serve 1", "serve 2", "serve 3"])
+    expect([0, 1, 2, 3].map(state.servable)).toEqual([true, true, true, true])
+  })
+})
