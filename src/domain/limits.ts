@@ -295,7 +295,8 @@ export const httpHeaderBytesMax = 8_192
 /**
  * How long a connection to the operations HTTP server may send and receive nothing before it is
  * closed. Node's headers timeout starts at a request's first byte, so a socket that never sends one
- * was kept until the client let go: 64 such sockets kept /healthz from answering.
+ * was kept until the client let go: 64 such sockets kept /healthz from answering. A /metrics scrape
+ * whose answer took longer (an event loop stalled that long) is cut too; the next scrape tries again.
  */
 export const httpIdleSocketTimeoutMs = 2_000
 
