@@ -8,7 +8,7 @@
 import type { QuotaClient } from "../client/QuotaClient.js"
 import { amountMax, holdListLimitMax } from "../domain/limits.js"
 import type { Result } from "../domain/results.js"
-import { describeResult } from "./operatorOutput.js"
+import { describeResult, jsonTerminalSafe, terminalSafe } from "./operatorOutput.js"
 
 /** Exit codes of the operator's subcommands. */
 export const exitCode = { ok: 0, refused: 1, usage: 2 } as const
@@ -121,8 +121,14 @@ export interface OperatorOutcome {
 export const outcomeOf = (request: OperatorRequest, result: Result, json: boolean): OperatorOutcome => {
   const succeeded = request.success.includes(result.status)
   const code = succeeded ? exitCode.ok : usageStatuses.has(result.status) ? exitCode.usage : exitCode.refused
-  const described = describeResult(request.command, result)
-  if (json) return { code, stdout: `${JSON.stringify(result)}\n`, stderr: succeeded ? "" : `${described}\n` }
+  // describeResult escapes each value it prints; this pass only guards against one it missed.
+  const described = terminalSafe(describeResult(request.command, result), true)
+  if (json)
+    return {
+      code,
+      stdout: `${jsonTerminalSafe(JSON.stringify(result))}\n`,
+      stderr: succeeded ? "" : `${described}\n`
+    }
   return succeeded
     ? { code, stdout: `${described}\n`, stderr: "" }
     : { code, stdout: "", stderr: `${described}\n` }
@@ -132,7 +138,7 @@ export const outcomeOf = (request: OperatorRequest, result: Result, json: boolea
 const unreachable = (error: unknown): OperatorOutcome => ({
   code: exitCode.usage,
   stdout: "",
-  stderr: `quota-coordinator: ${error instanceof Error ? error.message : String(error)}\n`
+  stderr: `quota-coordinator: ${terminalSafe(error instanceof Error ? error.message : String(error), true)}\n`
 })
 
 /** Connects, sends the request, and closes. Never throws: every failure is an outcome. */

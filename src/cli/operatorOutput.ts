@@ -1,15 +1,46 @@
 /**
  * What the operator's subcommands print: a readable table or sentence per result. `--json` prints the
  * result itself instead (src/cli/operator.ts).
+ *
+ * Users, hold ids and jobs are chosen by whichever service sent them, so they may hold escape
+ * sequences meant for the operator's terminal (clear the screen, set the title, rewrite a line,
+ * reorder text with bidi overrides). Every value printed is passed through `terminalSafe` first.
  */
 import type { HoldListResult, Result, UsageResult } from "../domain/results.js"
+
+/**
+ * What a terminal may act on instead of showing: C0 controls (ESC, BEL, CR, LF, ...), DEL, C1
+ * controls (U+009B is a one-character CSI), the bidi marks, embeddings, overrides and isolates, and
+ * the line and paragraph separators.
+ */
+// eslint-disable-next-line no-control-regex -- control characters are exactly what it is about
+const terminalControl = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]/g
+
+/** `\u001b` for ESC and so on: the JSON spelling, so a value shown can be typed back into --json's. */
+const escapeControl = (char: string): string => `\\u${char.charCodeAt(0).toString(16).padStart(4, "0")}`
+
+/**
+ * `text` with every character a terminal would act on written as its `\uXXXX` escape. With
+ * `keepNewlines`, LF stays (the rows of a table); a value's own LF was escaped when its cell was.
+ */
+export const terminalSafe = (text: string, keepNewlines = false): string =>
+  text.replace(terminalControl, (char) => (keepNewlines && char === "\n" ? char : escapeControl(char)))
+
+/**
+ * `--json`'s line with the controls JSON.stringify leaves as they are (DEL, C1, bidi) escaped too:
+ * the same JSON value, so a program reads exactly what the coordinator sent, and a terminal shows it inert.
+ */
+export const jsonTerminalSafe = (json: string): string => json.replace(terminalControl, escapeControl)
+
+/** A value in a sentence: quoted as JSON, then made inert. */
+const quoted = (value: unknown): string => terminalSafe(JSON.stringify(value) ?? String(value))
 
 /** Columns padded to their widest cell, two spaces apart; numbers right-aligned. */
 export const renderTable = (
   headers: ReadonlyArray<string>,
   rows: ReadonlyArray<ReadonlyArray<string | number>>
 ) => {
-  const cells = [headers, ...rows.map((row) => row.map(String))]
+  const cells = [headers, ...rows.map((row) => row.map((cell) => terminalSafe(String(cell))))]
   const numeric = headers.map(
     (_, column) => rows.length > 0 && rows.every((row) => typeof row[column] === "number")
   )
@@ -52,12 +83,12 @@ const usageTable = (user: string, usage: UsageResult): string => {
           ["job", "lease expires at"],
           slots.jobs.map((job) => [job.job, isoTime(job.leaseExpiresAt)])
         )}`
-  return `user ${JSON.stringify(user)}, plan ${usage.plan}\n\n${meters}\n\n${slotLine}${jobs}`
+  return `user ${quoted(user)}, plan ${terminalSafe(usage.plan)}\n\n${meters}\n\n${slotLine}${jobs}`
 }
 
 const holdsTable = (user: string, state: string, listed: HoldListResult): string => {
   if (listed.holds.length === 0)
-    return `user ${JSON.stringify(user)} has no ${state === "all" ? "" : `${state} `}holds`
+    return `user ${quoted(user)} has no ${state === "all" ? "" : `${state} `}holds`
   const table = renderTable(
     ["id", "meter", "amount", "consumed", "state", "created at", "expires at"],
     listed.holds.map((hold) => [
@@ -80,34 +111,35 @@ export const describeResult = (
   command: Readonly<Record<string, unknown>> & { readonly op: string; readonly user: string },
   result: Result
 ): string => {
-  const user = JSON.stringify(command.user)
+  const user = quoted(command.user)
   switch (result.status) {
     case "ok":
       if ("meters" in result) return usageTable(command.user, result)
       if ("holds" in result) return holdsTable(command.user, String(command["state"]), result)
-      if (command.op === "set_plan") return `user ${user}: plan set to ${String(command["plan"])}`
+      if (command.op === "set_plan")
+        return `user ${user}: plan set to ${terminalSafe(String(command["plan"]))}`
       return command["limit"] === null
-        ? `user ${user}: ${String(command["meter"])} limit back to the plan's default`
-        : `user ${user}: ${String(command["meter"])} limit set to ${String(command["limit"])}`
+        ? `user ${user}: ${terminalSafe(String(command["meter"]))} limit back to the plan's default`
+        : `user ${user}: ${terminalSafe(String(command["meter"]))} limit set to ${String(command["limit"])}`
     case "released":
     case "exists":
       if ("consumed" in result)
-        return `user ${user}: hold ${JSON.stringify(result.id)} ${result.status === "exists" ? "was already released" : "released"} (amount ${result.amount}, consumed ${result.consumed}); ${result.meter}: used ${result.used}, reserved ${result.reserved}, available ${result.available}`
+        return `user ${user}: hold ${quoted(result.id)} ${result.status === "exists" ? "was already released" : "released"} (amount ${result.amount}, consumed ${result.consumed}); ${terminalSafe(result.meter)}: used ${result.used}, reserved ${result.reserved}, available ${result.available}`
       return result.status
     case "closed":
       return "state" in result
-        ? `closed: hold ${JSON.stringify(result.id)} of user ${user} is already ${result.state}, nothing to release`
+        ? `closed: hold ${quoted(result.id)} of user ${user} is already ${result.state}, nothing to release`
         : "closed"
     case "not_found":
-      return `not_found: user ${user} has no hold ${JSON.stringify(command["id"])} (closed holds are remembered 7 days)`
+      return `not_found: user ${user} has no hold ${quoted(command["id"])} (closed holds are remembered 7 days)`
     case "unknown_plan":
-      return `unknown_plan: the coordinator's configuration has no plan ${JSON.stringify(command["plan"])}`
+      return `unknown_plan: the coordinator's configuration has no plan ${quoted(command["plan"])}`
     case "unknown_meter":
-      return `unknown_meter: the coordinator's configuration has no meter ${JSON.stringify(command["meter"])}`
+      return `unknown_meter: the coordinator's configuration has no meter ${quoted(command["meter"])}`
     case "invalid_request":
-      return `invalid_request: ${result.error}`
+      return `invalid_request: ${terminalSafe(result.error)}`
     case "limit_reached":
-      return `limit_reached: user ${user} is at the coordinator's ${result.bound} bound (${result.max}); commit or release holds, or end jobs, first`
+      return `limit_reached: user ${user} is at the coordinator's ${terminalSafe(String(result.bound))} bound (${result.max}); commit or release holds, or end jobs, first`
     case "wrong_partition":
       return "wrong_partition: QUOTA_PARTITIONS here differs from the coordinator's (set it to the deployment's)"
     default:

@@ -242,8 +242,14 @@ export const serve = (
     const operations =
       settings.httpAddress === undefined
         ? undefined
-        : yield* startOperations(settings.httpAddress, config, (message, cause) =>
-            logger.error({ err: cause }, message)
+        : yield* startOperations(
+            settings.httpAddress,
+            config,
+            (message, cause) => logger.error({ err: cause }, message),
+            ({ dependency, down, detail }) =>
+              down === undefined
+                ? logger.info({ dependency }, `${dependency} answers`)
+                : logger.warn({ dependency, reason: down, detail }, `${dependency} is down: not ready`)
           )
     if (operations !== undefined)
       logger.info(

@@ -58,18 +58,49 @@ export const natsUrlDefault = "nats://127.0.0.1:4222"
 const invalid = (variable: string, reason: string) => new SettingsInvalid({ variable, reason })
 
 /**
- * A URL with its password (or a token in the user part) replaced by `***`, and `password=` query
- * parameters too: what logs and errors show of NATS_URL and DATABASE_URL.
+ * A server URL cut into its scheme (with `://`, or "" when it has none: nats.js takes `host:port`), the
+ * user part before its `@` (undefined when there is none) and the rest (host, port, path, query).
+ *
+ * The user part ends at the LAST `@`: a password is the operator's to spell, raw `/`, `?`, `#` and `@`
+ * included, and a pattern that stopped at any of them left the password, or its tail, in what was
+ * logged. An `@` after the host (in a query) makes the host count as user part too: what is hidden
+ * then is more than the secret, never less.
  */
-export const redactUrl = (url: string): string =>
-  url
-    .replace(/^([a-z][a-z0-9+.-]*:\/\/)([^@/?#]*)@/i, (_match, scheme: string, userInfo: string) => {
-      const colon = userInfo.indexOf(":")
-      // No colon: the user part is a token (nats://token@host) or a bare user name of a database URL.
-      if (colon < 0) return /^nats|^tls|^wss?/i.test(scheme) ? `${scheme}***@` : `${scheme}${userInfo}@`
-      return `${scheme}${userInfo.slice(0, colon)}:***@`
-    })
-    .replace(/([?&](?:password|pass|token)=)[^&#]*/gi, "$1***")
+export interface UrlParts {
+  readonly scheme: string
+  readonly userInfo: string | undefined
+  readonly rest: string
+}
+
+const schemePattern = /^[a-z][a-z0-9+.-]*:\/\//i
+
+export const splitUrl = (url: string): UrlParts => {
+  const scheme = schemePattern.exec(url)?.[0] ?? ""
+  const afterScheme = url.slice(scheme.length)
+  const at = afterScheme.lastIndexOf("@")
+  return at < 0
+    ? { scheme, userInfo: undefined, rest: afterScheme }
+    : { scheme, userInfo: afterScheme.slice(0, at), rest: afterScheme.slice(at + 1) }
+}
+
+/** Whether a user part without `:` is a secret (a NATS token) rather than a database user's name. */
+const tokenScheme = (scheme: string): boolean => scheme === "" || /^(nats|tls|wss?):/i.test(scheme)
+
+/**
+ * A URL with its password (or a token in the user part) replaced by `***`, and `password=` query
+ * parameters too: what logs and errors show of NATS_URL and DATABASE_URL. Only the user name before
+ * the first `:` is kept (it names who connects and is no secret); whatever follows is never shown,
+ * however it is spelled.
+ */
+export const redactUrl = (url: string): string => {
+  const { scheme, userInfo, rest } = splitUrl(url)
+  const hidden = rest.replace(/([?&](?:password|pass|token)=)[^&#]*/gi, "$1***")
+  if (userInfo === undefined) return `${scheme}${hidden}`
+  const colon = userInfo.indexOf(":")
+  // No colon: the user part is a token (nats://token@host) or a bare user name of a database URL.
+  if (colon < 0) return tokenScheme(scheme) ? `${scheme}***@${hidden}` : `${scheme}${userInfo}@${hidden}`
+  return `${scheme}${userInfo.slice(0, colon)}:***@${hidden}`
+}
 
 /** Several URLs, comma-separated, each redacted. */
 export const redactUrls = (urls: string): string =>
@@ -78,6 +109,43 @@ export const redactUrls = (urls: string): string =>
     .map((url) => redactUrl(url.trim()))
     .join(",")
 
+/** The credentials in a server URL, percent-decoded: a user and password, or a token. */
+interface UrlCredentials {
+  readonly user: string
+  readonly password?: string
+}
+
+/** Decodes `%XX` escapes; undefined when one is malformed (a `%` not followed by two hex digits). */
+const percentDecoded = (text: string): string | undefined => {
+  try {
+    return decodeURIComponent(text)
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * The credentials in `server`, or the reason they cannot be read. The reason names the server by its
+ * position and never quotes the user part, which holds the secret.
+ */
+const credentialsIn = (
+  server: string,
+  position: number
+): UrlCredentials | undefined | { readonly malformed: string } => {
+  const { userInfo } = splitUrl(server)
+  if (userInfo === undefined || userInfo === "") return undefined
+  const colon = userInfo.indexOf(":")
+  const user = percentDecoded(colon < 0 ? userInfo : userInfo.slice(0, colon))
+  const password = colon < 0 ? undefined : percentDecoded(userInfo.slice(colon + 1))
+  if (user === undefined || (colon >= 0 && password === undefined))
+    return {
+      malformed:
+        `the credentials of server ${position} are not valid percent-encoding ` +
+        "(a % must be followed by two hex digits: write a literal % as %25)"
+    }
+  return password === undefined ? { user } : { user, password }
+}
+
 const valueOf = (env: Environment, variable: string): string | undefined => {
   const value = env[variable]
   return value === undefined || value.trim() === "" ? undefined : value.trim()
@@ -85,15 +153,21 @@ const valueOf = (env: Environment, variable: string): string | undefined => {
 
 const checkServers = (
   servers: ReadonlyArray<string>
-): Effect.Effect<ReadonlyArray<string>, SettingsInvalid> =>
-  servers.length > 0 && servers.every((server) => server !== "" && !/\s/.test(server))
-    ? Effect.succeed(servers)
-    : Effect.fail(
-        invalid(
-          "NATS_URL",
-          `must be a server URL or a comma-separated list of them, got ${JSON.stringify(redactUrls(servers.join(",")))}`
-        )
+): Effect.Effect<ReadonlyArray<string>, SettingsInvalid> => {
+  if (servers.length === 0 || !servers.every((server) => server !== "" && !/\s/.test(server)))
+    return Effect.fail(
+      invalid(
+        "NATS_URL",
+        `must be a server URL or a comma-separated list of them, got ${JSON.stringify(redactUrls(servers.join(",")))}`
       )
+    )
+  for (const [index, server] of servers.entries()) {
+    const credentials = credentialsIn(server, index + 1)
+    if (credentials !== undefined && "malformed" in credentials)
+      return Effect.fail(invalid("NATS_URL", credentials.malformed))
+  }
+  return Effect.succeed(servers)
+}
 
 /** Refuses combinations that cannot mean one thing: two ways to authenticate, half a pair. */
 const checkCombination = (
@@ -196,7 +270,7 @@ export const connectionOptions = (
   Effect.gen(function* () {
     let authenticator: Authenticator | undefined
     // nats.js reads no credentials from a URL; the nats CLI does (nats://user:pass@host, nats://token@host).
-    const fromUrl = urlCredentials(settings.servers)
+    const fromUrl = yield* urlCredentials(settings.servers)
     if (settings.user !== undefined && settings.password !== undefined)
       authenticator = usernamePasswordAuthenticator(settings.user, settings.password)
     else if (settings.token !== undefined) authenticator = tokenAuthenticator(settings.token)
@@ -238,28 +312,28 @@ export const connectionOptions = (
     }
   })
 
-const userInfoPattern = /^([a-z][a-z0-9+.-]*:\/\/)([^@/?#]*)@/i
-
-/** The credentials of the first server URL that carries some: a user and password, or a token. */
+/**
+ * The credentials of the first server URL that carries some: a user and password, or a token. A
+ * malformed `%` escape is a settings error naming NATS_URL (it used to escape as a defect).
+ */
 const urlCredentials = (
   servers: ReadonlyArray<string>
-): { readonly user: string; readonly password?: string } | undefined => {
-  for (const server of servers) {
-    const userInfo = userInfoPattern.exec(server)?.[2]
-    if (userInfo === undefined || userInfo === "") continue
-    const colon = userInfo.indexOf(":")
-    return colon < 0
-      ? { user: decodeURIComponent(userInfo) }
-      : {
-          user: decodeURIComponent(userInfo.slice(0, colon)),
-          password: decodeURIComponent(userInfo.slice(colon + 1))
-        }
+): Effect.Effect<UrlCredentials | undefined, SettingsInvalid> => {
+  for (const [index, server] of servers.entries()) {
+    const credentials = credentialsIn(server, index + 1)
+    if (credentials === undefined) continue
+    return "malformed" in credentials
+      ? Effect.fail(invalid("NATS_URL", credentials.malformed))
+      : Effect.succeed(credentials)
   }
-  return undefined
+  return Effect.succeed(undefined)
 }
 
 /** A server URL as given to nats.js: its credentials go to the authenticator instead. */
-const withoutCredentials = (server: string): string => server.replace(userInfoPattern, "$1")
+const withoutCredentials = (server: string): string => {
+  const { scheme, rest } = splitUrl(server)
+  return `${scheme}${rest}`
+}
 
 /** What logs may say of a connection: redacted servers, how it authenticates, which files. Never a secret. */
 export const describeConnection = (settings: NatsConnectionSettings): Record<string, string> => ({
@@ -273,7 +347,7 @@ export const describeConnection = (settings: NatsConnectionSettings): Record<str
           ? `creds file ${settings.credsFile}`
           : settings.nkeyFile !== undefined
             ? `nkey seed file ${settings.nkeyFile}`
-            : settings.servers.some((server) => /^[a-z]+:\/\/[^/]*@/i.test(server))
+            : settings.servers.some((server) => (splitUrl(server).userInfo ?? "") !== "")
               ? "credentials in NATS_URL"
               : "none",
   tls:
@@ -289,18 +363,25 @@ export const describeConnection = (settings: NatsConnectionSettings): Record<str
           .join(", ")
 })
 
-/** Every secret value in the settings (and in their URLs), for scrubbing a message that might hold one. */
+/**
+ * Every secret value in the settings (and in their URLs, as written and percent-decoded), for
+ * scrubbing a message that might hold one.
+ */
 export const secretsOf = (settings: NatsConnectionSettings): ReadonlyArray<string> => {
   const secrets: Array<string> = []
   if (settings.password !== undefined) secrets.push(settings.password)
   if (settings.token !== undefined) secrets.push(settings.token)
   for (const server of settings.servers) {
-    const userInfo = /^[a-z][a-z0-9+.-]*:\/\/([^@/?#]*)@/i.exec(server)?.[1]
+    const { userInfo } = splitUrl(server)
     if (userInfo === undefined) continue
     const colon = userInfo.indexOf(":")
-    secrets.push(colon < 0 ? userInfo : userInfo.slice(colon + 1))
+    const secret = colon < 0 ? userInfo : userInfo.slice(colon + 1)
+    secrets.push(secret)
+    const decoded = percentDecoded(secret)
+    if (decoded !== undefined && decoded !== secret) secrets.push(decoded)
   }
-  return secrets.filter((secret) => secret.length > 0)
+  // Longest first: a secret that contains another is replaced whole, not around the shorter one.
+  return secrets.filter((secret) => secret.length > 0).sort((left, right) => right.length - left.length)
 }
 
 /** `text` with every occurrence of each secret replaced by `***`. */

@@ -213,11 +213,18 @@ export const readinessCheckIntervalMs = 1_000
 export const eventLoopSampleIntervalMs = 100
 export const readinessCheckTimeoutMs = 2_000
 
-/** Connections the operations HTTP server (metrics, probes) keeps at once; more are refused by the OS queue. */
-export const httpConnectionsMax = 64
+/**
+ * Connections the operations HTTP server (metrics, probes) keeps at once; a connection past it is
+ * closed at once. Far above what probes and scrapes use, so a few dozen idle sockets cannot starve
+ * /healthz; httpHeadersTimeoutMs frees the slots of sockets that send nothing.
+ */
+export const httpConnectionsMax = 256
 
-/** How long the operations HTTP server waits for a request's headers and body before closing the socket. */
-export const httpRequestTimeoutMs = 10_000
+/**
+ * How long the operations HTTP server waits for a whole request (headers and body) before closing the
+ * socket. No endpoint takes a body: a request that announces one is answered 413 and closed at once.
+ */
+export const httpRequestTimeoutMs = 5_000
 
 /**
  * Events recorded and not yet published, per partition (`QUOTA_EVENTS_OUTBOX_MAX`). Past it, a decision
@@ -271,3 +278,47 @@ export const slotsPerUserMax = 1_000
  * memory only). Resident actors in all: at most residentActorsMax + this.
  */
 export const waitingActorsMax = 10_000
+
+/**
+ * How long the operations HTTP server waits for a request's headers. A socket that has not sent them
+ * by then (idle, or dripping bytes) is closed: a probe or a scrape sends its few hundred bytes at once,
+ * so idle sockets cannot hold the connection slots /healthz needs for longer than this (plus the check
+ * interval below).
+ */
+export const httpHeadersTimeoutMs = 2_000
+
+/**
+ * How often the operations HTTP server looks for sockets past httpHeadersTimeoutMs or
+ * httpRequestTimeoutMs. Node's default is 30 s, which let 64 idle sockets keep /healthz from
+ * answering for about 45 s.
+ */
+export const httpTimeoutCheckIntervalMs = 500
+
+/** How long a kept-alive connection to the operations HTTP server may sit idle between requests before it is closed. */
+export const httpKeepAliveTimeoutMs = 2_000
+
+/** Bytes of a request's headers to the operations HTTP server. Larger is answered 431 and the connection closed. */
+export const httpHeaderBytesMax = 8_192
+
+/**
+ * How long a connection to the operations HTTP server may send and receive nothing before it is
+ * closed. Node's headers timeout starts at a request's first byte, so a socket that never sends one
+ * was kept until the client let go: 64 such sockets kept /healthz from answering. A /metrics scrape
+ * whose answer took longer (an event loop stalled that long) is cut too; the next scrape tries again.
+ */
+export const httpIdleSocketTimeoutMs = 2_000
+
+/**
+ * Nesting of arrays and objects in one request body. A command is an object of scalars in an optional
+ * batch array: 2 levels; the rest leaves room for unknown fields that carry structure. A deeper body
+ * gets the NATS service error 400 before it is parsed: JSON.parse of 1 MiB of `[` took 138 ms (and
+ * 300-900 ms on a shared machine) of the only thread.
+ */
+export const messageNestingDepthMax = 32
+
+/**
+ * Bytes of the holds one `list_holds` result carries (each hold's JSON and a comma). A listing stops
+ * before the hold that would pass it and says `more: true`, so one result always fits the protocol's
+ * 1 MiB payload with room to spare, whatever the ids hold.
+ */
+export const holdListReplyBytesMax = 262_144

@@ -4,13 +4,29 @@
  * connected to NATS and Postgres answers, else 503 naming what is down). Nothing else: any other
  * path is 404, any other method 405. It lives as long as its scope; binding fails fast with the
  * address in the error.
+ *
+ * Whoever can reach the port may be careless or hostile, and must not keep /healthz from answering
+ * nor cost the process's one thread: a socket that sends nothing is closed after
+ * httpIdleSocketTimeoutMs, one that has not sent whole headers within httpHeadersTimeoutMs (checked
+ * every httpTimeoutCheckIntervalMs, not Node's 30 s) likewise, headers are capped
+ * at httpHeaderBytesMax (431), and no endpoint takes a body, so a request that announces one is
+ * answered 413 and its connection closed, as is every 404 and 405: Node would otherwise read and
+ * discard the body to keep the connection, however long it is.
  */
 import { createServer } from "node:http"
 import type { IncomingMessage, Server, ServerResponse } from "node:http"
 import type { AddressInfo } from "node:net"
 import { Data, Effect } from "effect"
 import type { Scope } from "effect"
-import { httpConnectionsMax, httpRequestTimeoutMs } from "../domain/limits.js"
+import {
+  httpConnectionsMax,
+  httpHeaderBytesMax,
+  httpHeadersTimeoutMs,
+  httpIdleSocketTimeoutMs,
+  httpKeepAliveTimeoutMs,
+  httpRequestTimeoutMs,
+  httpTimeoutCheckIntervalMs
+} from "../domain/limits.js"
 import type { PrometheusMetrics } from "./PrometheusMetrics.js"
 import type { Readiness } from "./Readiness.js"
 
@@ -40,24 +56,32 @@ export interface OpsHttpServer {
   readonly address: string
 }
 
-const json = (response: ServerResponse, status: number, body: unknown): void => {
+/** `close`: the connection ends after this response; whatever the request still sends is not read. */
+const json = (response: ServerResponse, status: number, body: unknown, close = false): void => {
   const text = JSON.stringify(body)
   response.writeHead(status, {
     "content-type": "application/json; charset=utf-8",
     "content-length": Buffer.byteLength(text),
-    "cache-control": "no-store"
+    "cache-control": "no-store",
+    ...(close ? { connection: "close" } : {})
   })
   response.end(text)
 }
 
+/** A request that announces a body (chunked, or a length above 0): none of the endpoints reads one. */
+const hasBody = (request: IncomingMessage): boolean =>
+  request.headers["transfer-encoding"] !== undefined ||
+  (request.headers["content-length"] !== undefined && request.headers["content-length"] !== "0")
+
 const route = (options: HttpServerOptions) => (request: IncomingMessage, response: ServerResponse) => {
   const path = (request.url ?? "/").split("?", 1)[0]
   if (path !== "/metrics" && path !== "/healthz" && path !== "/readyz")
-    return json(response, 404, { error: `no such endpoint ${path}; try /metrics, /healthz or /readyz` })
+    return json(response, 404, { error: `no such endpoint ${path}; try /metrics, /healthz or /readyz` }, true)
   if (request.method !== "GET" && request.method !== "HEAD") {
     response.setHeader("allow", "GET, HEAD")
-    return json(response, 405, { error: `${request.method} is not allowed; use GET` })
+    return json(response, 405, { error: `${request.method} is not allowed; use GET` }, true)
   }
+  if (hasBody(request)) return json(response, 413, { error: "these endpoints take no request body" }, true)
   switch (path) {
     case "/healthz":
       return json(response, 200, { status: "ok" })
@@ -90,10 +114,16 @@ export const startHttpServer = (
 ): Effect.Effect<OpsHttpServer, HttpListenFailed, Scope.Scope> =>
   Effect.acquireRelease(
     Effect.callback<{ server: Server; bound: OpsHttpServer }, HttpListenFailed>((resume) => {
-      const server = createServer(route(options))
+      const server = createServer(
+        { connectionsCheckingInterval: httpTimeoutCheckIntervalMs, maxHeaderSize: httpHeaderBytesMax },
+        route(options)
+      )
       server.maxConnections = httpConnectionsMax
       server.requestTimeout = httpRequestTimeoutMs
-      server.headersTimeout = httpRequestTimeoutMs
+      server.headersTimeout = httpHeadersTimeoutMs
+      server.keepAliveTimeout = httpKeepAliveTimeoutMs
+      // Without a 'timeout' listener, Node destroys a socket idle this long (no byte either way).
+      server.timeout = httpIdleSocketTimeoutMs
       const onError = (error: Error) =>
         resume(
           Effect.fail(

@@ -11,7 +11,7 @@ import type { OpsHttpServer } from "./HttpServer.js"
 import { HttpListenFailed, startHttpServer } from "./HttpServer.js"
 import type { PrometheusMetrics } from "./PrometheusMetrics.js"
 import { makePrometheusMetrics } from "./PrometheusMetrics.js"
-import type { Readiness } from "./Readiness.js"
+import type { Readiness, ReadinessChange } from "./Readiness.js"
 import { makeReadiness } from "./Readiness.js"
 
 export interface Operations {
@@ -23,14 +23,16 @@ export interface Operations {
 export const startOperations = (
   address: HttpAddress,
   config: Config,
-  onError: (message: string, cause: unknown) => void
+  onError: (message: string, cause: unknown) => void,
+  /** Told when a dependency goes down or comes back, with the cause /readyz does not show. */
+  onReadinessChange: (change: ReadinessChange) => void = () => {}
 ): Effect.Effect<Operations, HttpListenFailed, Scope.Scope> =>
   Effect.gen(function* () {
     const metrics = makePrometheusMetrics({
       meters: config.meters.map((meter) => meter.name),
       plans: Object.keys(config.plans)
     })
-    const readiness = makeReadiness()
+    const readiness = makeReadiness(onReadinessChange)
     const http = yield* startHttpServer({ ...address, metrics, readiness, onError })
     return { metrics, readiness, http }
   })

@@ -3,6 +3,10 @@
  * connection when asked; Postgres is asked every `readinessCheckIntervalMs` by a fiber of the serve
  * scope (one `select 1`, bounded by `readinessCheckTimeoutMs`), so a probe never waits on the
  * database and an outage shows within about interval + timeout, and its end as soon after.
+ *
+ * The 503 body goes to whoever can reach the port, so it says only what is down and a fixed reason;
+ * the error itself (hosts, database and user names in Postgres's text) goes to the log, once per
+ * change of state, through `onChange`.
  */
 import { Duration, Effect } from "effect"
 import type { Scope } from "effect"
@@ -14,7 +18,7 @@ export interface ReadinessReport {
   readonly ready: boolean
   /** What is down, by name; empty when ready. */
   readonly down: ReadonlyArray<Dependency>
-  /** Why each is down (never a secret: an error's message, or that it is not connected yet). */
+  /** Why each is down, in fixed words (`postgresReasons`, "disconnected"): never an error's text. */
   readonly reasons: Readonly<Partial<Record<Dependency, string>>>
 }
 
@@ -29,17 +33,40 @@ export interface Readiness {
   ) => Effect.Effect<void, never, Scope.Scope>
 }
 
+/** What /readyz says of Postgres while it is down. */
+export const postgresReasons = {
+  notChecked: "not checked yet",
+  failed: "check failed (the cause is in the log)",
+  timedOut: (timeoutMs: number) => `no answer within ${timeoutMs} ms`
+} as const
+
+/** A change of a dependency's state, with what happened (for the log only). */
+export interface ReadinessChange {
+  readonly dependency: Dependency
+  /** The new state: the reason it is down (as /readyz says it), or undefined when it is up again. */
+  readonly down: string | undefined
+  /** The error or the timeout, in full: for the log, never for the HTTP body. */
+  readonly detail: string | undefined
+}
+
 /** A tagged error's `reason` (StoreUnavailable), else its message. */
-const reasonOf = (cause: unknown): string => {
+const detailOf = (cause: unknown): string => {
   const reason =
     typeof cause === "object" && cause !== null ? (cause as { reason?: unknown }).reason : undefined
   if (typeof reason === "string") return reason
   return cause instanceof Error ? cause.message : String(cause)
 }
 
-export const makeReadiness = (): Readiness => {
+export const makeReadiness = (onChange: (change: ReadinessChange) => void = () => {}): Readiness => {
   let natsConnected: (() => boolean) | undefined
-  let postgresDown: string | undefined = "not checked yet"
+  let postgresDown: string | undefined = postgresReasons.notChecked
+
+  /** Records Postgres's state; tells `onChange` only when it changed (a check runs every second). */
+  const setPostgres = (down: string | undefined, detail: string | undefined): void => {
+    if (down === postgresDown) return
+    postgresDown = down
+    onChange({ dependency: "postgres", down, detail })
+  }
 
   const report = (): ReadinessReport => {
     const reasons: Partial<Record<Dependency, string>> = {}
@@ -55,12 +82,11 @@ export const makeReadiness = (): Readiness => {
     const check = ping.pipe(
       Effect.timeoutOption(Duration.millis(timeoutMs)),
       Effect.match({
-        onFailure: (cause) => {
-          postgresDown = reasonOf(cause)
-        },
-        onSuccess: (answered) => {
-          postgresDown = answered._tag === "Some" ? undefined : `no answer within ${timeoutMs} ms`
-        }
+        onFailure: (cause) => setPostgres(postgresReasons.failed, detailOf(cause)),
+        onSuccess: (answered) =>
+          answered._tag === "Some"
+            ? setPostgres(undefined, undefined)
+            : setPostgres(postgresReasons.timedOut(timeoutMs), `select 1 not answered within ${timeoutMs} ms`)
       })
     )
     return Effect.asVoid(

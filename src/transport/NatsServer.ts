@@ -13,7 +13,7 @@ import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node"
 import { Context, Effect, Layer, Scope } from "effect"
 import { Coordinator } from "../actors/Coordinator.js"
 import type { Settings } from "../config/settings.js"
-import { transportDrainMs } from "../domain/limits.js"
+import { messageBytesMax, transportDrainMs } from "../domain/limits.js"
 import { headerSafe } from "./body.js"
 import type { SubjectKind } from "./decode.js"
 import type { ServiceIdentity, ServiceVerb } from "./discovery.js"
@@ -129,9 +129,15 @@ export const makeNatsServer = (
 > =>
   Effect.gen(function* () {
     const coordinator = yield* Coordinator
+    /**
+     * The connected server's max payload, read per reply (a reconnect may reach another server).
+     * NATS's default is 1 MiB, the protocol's message limit; requests come only once `nc` is set.
+     */
+    const maxPayloadBytes = (): number => nc.info?.max_payload ?? messageBytesMax
     const handler = yield* makeRequestHandler({
       logger: options.logger,
       partitions: options.partitions,
+      replyBytesMax: maxPayloadBytes,
       ...(options.metrics === undefined ? {} : { metrics: options.metrics }),
       ...(options.messageBytesMax === undefined ? {} : { messageBytesMax: options.messageBytesMax })
     })
@@ -159,15 +165,16 @@ export const makeNatsServer = (
     }
 
     const respond = (msg: Msg, body: string, stats: EndpointStats, startedAt: number, error?: string) => {
-      const maxPayload = nc.info?.max_payload ?? Infinity
       const bytes = Buffer.byteLength(body)
+      const maxPayload = maxPayloadBytes()
       let sent: boolean
       try {
         if (bytes > maxPayload) {
-          // The commands were decided; the caller learns why it cannot read the answer, and a retry
-          // of the same ids (in smaller batches) says what stands.
+          // The handler bounds replies by maxPayload already; this holds if the server's changed since.
+          // The commands were decided; a retry of the same ids (in smaller batches) says what stands.
+          // 400: the only service error PROTOCOL.md lists.
           error = `reply of ${bytes} bytes is larger than the server's max_payload ${maxPayload}; send smaller batches`
-          sent = msg.respond(Empty, { headers: serviceErrorHeaders(500, error) })
+          sent = msg.respond(Empty, { headers: serviceErrorHeaders(400, error) })
           logger.error({ subject: msg.subject, bytes, maxPayload }, "reply too large")
         } else {
           sent = msg.respond(body)

@@ -10,6 +10,10 @@
  * per message. `done` is called exactly once; at once when nothing needs deciding. Whatever goes wrong
  * (a defect while enqueuing, shutdown with requests still in flight) answers the affected commands
  * `unavailable`: never silence.
+ *
+ * The reply is bounded as it is built: each result is encoded when it arrives, and once the encoded
+ * results pass `replyBytesMax` (the server's max payload) the rest are counted but not kept, and the
+ * request is answered with the 400 service error: a batch of reads of megabytes is never held whole.
  */
 import { Effect } from "effect"
 import type { Scope } from "effect"
@@ -17,7 +21,8 @@ import { Coordinator } from "../actors/Coordinator.js"
 import type { RecencyLinks } from "../actors/RecencyList.js"
 import { RecencyList } from "../actors/RecencyList.js"
 import type { Command } from "../domain/commands.js"
-import type { Result } from "../domain/results.js"
+import { messageBytesMax } from "../domain/limits.js"
+import type { Result, Status } from "../domain/results.js"
 import { unavailable } from "../domain/results.js"
 import { parseBody } from "./body.js"
 import type { Judged, SubjectKind } from "./decode.js"
@@ -56,6 +61,11 @@ export interface RequestHandlerOptions {
   readonly messageBytesMax?: number
   /** Counts every answered command and its receipt-to-reply time (default: metrics off). */
   readonly metrics?: MetricsRecorder
+  /**
+   * Largest reply body: the NATS server's max payload, read when a reply is built (default 1 MiB).
+   * A reply that would be larger is not built; the request gets the 400 service error instead.
+   */
+  readonly replyBytesMax?: () => number
 }
 
 export interface RequestHandler {
@@ -106,6 +116,7 @@ export const makeRequestHandler = (
     const pending = new RecencyList<PendingRequest>()
     const { logger, partitions } = options
     const metrics = options.metrics ?? noMetrics
+    const replyBytesMax = options.replyBytesMax ?? (() => messageBytesMax)
 
     /** Decode and partition check, with a bug in them costing one command `unavailable`, not the message. */
     const judgeSafely = (raw: unknown, target: RequestTarget): Judgement => {
@@ -125,15 +136,32 @@ export const makeRequestHandler = (
         return done({ error: { code: 400, reason: body.reason } })
       }
       const raws = body.kind === "single" ? [body.command] : body.commands
-      const results: Array<WireResult | undefined> = new Array<WireResult | undefined>(raws.length)
+      /** Each command's status once answered (for metrics); undefined while it is being decided. */
+      const statuses: Array<Status | undefined> = new Array<Status | undefined>(raws.length)
+      /** Each answered command's result as JSON, while the reply stays within replyBytesMax. */
+      const encoded: Array<string | undefined> = new Array<string | undefined>(raws.length)
       const commands: Array<Command | undefined> = new Array<Command | undefined>(raws.length)
       const refs: Array<string | undefined> = new Array<string | undefined>(raws.length)
+      const bytesMax = replyBytesMax()
+      /** The reply's bytes so far: the encoded results, a comma or bracket each, and the closing bracket. */
+      let replyBytes = 1
+      let replyTooLarge = false
+      const record = (index: number, result: Result): void => {
+        statuses[index] = result.status
+        if (replyTooLarge) return
+        const part = JSON.stringify(withRef(result, refs[index]))
+        replyBytes += Buffer.byteLength(part) + 1
+        if (replyBytes > bytesMax) {
+          replyTooLarge = true
+          encoded.fill(undefined)
+        } else encoded[index] = part
+      }
       let undecided = 0
       for (let index = 0; index < raws.length; index += 1) {
         const judged = judgeSafely(raws[index], target)
         refs[index] = judged.ref
         if ("answer" in judged) {
-          results[index] = withRef(judged.answer, judged.ref)
+          record(index, judged.answer)
           logRefusal(logger, target.subject, judged.answer, judged.ref)
         } else {
           commands[index] = judged.submit
@@ -141,14 +169,20 @@ export const makeRequestHandler = (
         }
       }
       const reply = (failure?: string) => {
-        const text = JSON.stringify(body.kind === "single" ? results[0] : results)
         if (metrics !== noMetrics) {
           const seconds = (performance.now() - receivedAt) / 1_000
-          for (let index = 0; index < results.length; index += 1) {
+          for (let index = 0; index < raws.length; index += 1) {
             const op = commands[index]?.op ?? rawOp(raws[index])
-            metrics.commandAnswered(op, results[index]!.status, seconds)
+            metrics.commandAnswered(op, statuses[index]!, seconds)
           }
         }
+        if (replyTooLarge) {
+          // Decided all the same: a retry of the same ids, fewer per message, says what stands.
+          const reason = `reply larger than the max payload of ${bytesMax} bytes; the commands were decided: send fewer per message`
+          logger.warn({ subject: target.subject, commands: raws.length, bytesMax }, "reply too large")
+          return done({ error: { code: 400, reason } })
+        }
+        const text = body.kind === "single" ? encoded[0]! : `[${encoded.join(",")}]`
         done(failure === undefined ? { body: text } : { body: text, failure })
       }
       if (undecided === 0) return reply()
@@ -162,8 +196,8 @@ export const makeRequestHandler = (
       }
       /** A command's result; the last one sends the reply. Late results (after answerRest) are dropped. */
       const settle = (index: number, result: Result): void => {
-        if (answered || results[index] !== undefined) return
-        results[index] = withRef(result, refs[index])
+        if (answered || statuses[index] !== undefined) return
+        record(index, result)
         logDecision(logger, commands[index] as Command, result, refs[index])
         undecided -= 1
         if (undecided === 0) finish()
@@ -173,8 +207,8 @@ export const makeRequestHandler = (
         if (answered) return
         logger.error({ subject: target.subject, undecided }, failure)
         for (let index = 0; index < raws.length; index += 1) {
-          if (results[index] !== undefined) continue
-          results[index] = withRef(unavailable, refs[index])
+          if (statuses[index] !== undefined) continue
+          record(index, unavailable)
           logDecision(logger, commands[index] as Command, unavailable, refs[index])
         }
         finish(failure)

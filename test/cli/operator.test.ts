@@ -128,6 +128,25 @@ describe("quota-coordinator holds", () => {
   })
 })
 
+describe("quota-coordinator holds and usage with ids a hostile service chose", () => {
+  it("print escape sequences, C1 controls and bidi overrides escaped, never raw", async () => {
+    const user = "cli-mallory"
+    const id = "\u001b]0;owned\u0007\u001b[2J\u009b31mevil\u202egnp"
+    const job = "job\r\u001b[1Afake\u2066"
+    expect((await client.reserve({ user, meter: "tokens", amount: 5, id })).status).toBe("reserved")
+    expect((await client.acquireSlot({ user, job })).status).toBe("acquired")
+    const [holds, usage] = await Promise.all([cli(["holds", user]), cli(["usage", user])])
+    // eslint-disable-next-line no-control-regex -- control characters are exactly what it is about
+    const actedOn = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]/
+    expect(holds.code, holds.stderr).toBe(0)
+    expect(holds.stdout).not.toMatch(actedOn)
+    expect(holds.stdout).toContain("\\u001b]0;owned\\u0007\\u001b[2J\\u009b31mevil\\u202egnp")
+    expect(usage.code, usage.stderr).toBe(0)
+    expect(usage.stdout).not.toMatch(actedOn)
+    expect(usage.stdout).toContain("job\\u000d\\u001b[1Afake\\u2066")
+  })
+})
+
 describe("quota-coordinator set-plan", () => {
   it("sets a plan (0) and refuses an unknown one (1)", async () => {
     const set = await cli(["set-plan", "cli-cy", "pro"])

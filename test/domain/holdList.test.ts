@@ -2,11 +2,13 @@
  * `list_holds` (PROTOCOL.md "Administration"): a user's holds, pending by default, closed ones still
  * remembered, or all; oldest first; at most `limit`, with `more` when there were more. Reads only.
  */
-import { describe, it } from "vitest"
+import fc from "fast-check"
+import { describe, expect, it } from "vitest"
 import type { Command, HoldListState } from "../../src/domain/commands.js"
+import { listHolds as listHoldsOf } from "../../src/domain/holdList.js"
 import type { HoldListEntry } from "../../src/domain/results.js"
 import type { Row } from "./support.js"
-import { T0, U, at, checkRow, commit, release, reserve } from "./support.js"
+import { T0, U, at, checkRow, commit, release, reserve, runRow } from "./support.js"
 
 const listHolds = (state: HoldListState = "pending", limit = 100): Command => ({
   op: "list_holds",
@@ -121,5 +123,49 @@ const rows: ReadonlyArray<Row> = [
 describe("list_holds", () => {
   it.each(rows)("$name", (row) => {
     checkRow(row)
+  })
+})
+
+describe("list_holds: bounded in bytes", () => {
+  const id = fc.string({
+    // Units of 1 to 4 UTF-8 bytes, JSON escapes of 2 and 6 bytes, and surrogates alone or paired.
+    unit: fc.constantFrom("a", "é", "€", "😀", "\u0001", "\n", "\u0008", '"', "\\", "\ud800", "\udc00"),
+    minLength: 1,
+    maxLength: 40
+  })
+
+  it("lists the oldest holds whose JSON fits the bound, each with a comma, and says more when it stopped", () => {
+    fc.assert(
+      fc.property(
+        fc.uniqueArray(fc.record({ id, amount: fc.integer({ min: 1, max: 150 }) }), {
+          minLength: 1,
+          maxLength: 30,
+          selector: (hold) => hold.id
+        }),
+        fc.nat(),
+        fc.constantFrom(-1, 0),
+        (holds, cut, offByOne) => {
+          const { state } = runRow({
+            given: holds.map((hold, index) => at(index, reserve(hold.id, hold.amount))),
+            when: listHolds("pending", 1_000)
+          })
+          const command = { op: "list_holds", user: U, state: "pending", limit: 1_000 } as const
+          // The reference: every hold's JSON as JSON.stringify writes it, and a comma.
+          const all = listHoldsOf(state, command, Infinity).holds
+          expect(all.map((hold) => [hold.id, hold.amount])).toEqual(
+            holds.map((hold) => [hold.id, hold.amount])
+          )
+          const sizes = all.map((hold) => Buffer.byteLength(JSON.stringify(hold)) + 1)
+          // A bound exactly at the end of some hold, or one byte short of it: a count off by one byte shows.
+          const fitting = cut % (holds.length + 1)
+          const bytesMax = sizes.slice(0, fitting).reduce((sum, size) => sum + size, 0) + offByOne
+          const listed = listHoldsOf(state, command, bytesMax)
+          const expected = offByOne === 0 ? fitting : Math.max(0, fitting - 1)
+          expect(listed.holds).toEqual(all.slice(0, expected))
+          expect(listed.more).toBe(expected < holds.length)
+        }
+      ),
+      { numRuns: 500 }
+    )
   })
 })

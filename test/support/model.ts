@@ -20,6 +20,7 @@
 import type { Command } from "../../src/domain/commands.js"
 import type { Config, Period } from "../../src/domain/config.js"
 import type { QuotaEvent } from "../../src/domain/events.js"
+import { holdListReplyBytesMax } from "../../src/domain/limits.js"
 import type { Result } from "../../src/domain/results.js"
 
 export const amountMax = 2 ** 53 - 1
@@ -511,19 +512,23 @@ const decideOne = (
           (left, right) =>
             left.createdAt - right.createdAt || (left.id < right.id ? -1 : left.id > right.id ? 1 : 0)
         )
-      return {
-        status: "ok",
-        holds: listed.slice(0, command.limit).map((hold) => ({
-          id: hold.id,
-          meter: hold.meter,
-          amount: hold.amount,
-          consumed: hold.consumed,
-          state: hold.state,
-          expiresAt: hold.expiresAt,
-          createdAt: hold.createdAt
-        })),
-        more: listed.length > command.limit
-      }
+      const entries = listed.slice(0, command.limit).map((hold) => ({
+        id: hold.id,
+        meter: hold.meter,
+        amount: hold.amount,
+        consumed: hold.consumed,
+        state: hold.state,
+        expiresAt: hold.expiresAt,
+        createdAt: hold.createdAt
+      }))
+      // Also bounded in bytes: each entry's JSON and a comma, up to holdListReplyBytesMax.
+      let bytes = 0
+      const shown = entries.findIndex((entry) => {
+        bytes += Buffer.byteLength(JSON.stringify(entry)) + 1
+        return bytes > holdListReplyBytesMax
+      })
+      const holds = shown < 0 ? entries : entries.slice(0, shown)
+      return { status: "ok", holds, more: listed.length > holds.length }
     }
     case "set_plan": {
       if (!Object.hasOwn(config.plans, command.plan)) return { status: "unknown_plan" }

@@ -2,11 +2,13 @@
  * decode.ts against PROTOCOL.md, one row per field rule: the command each valid input becomes (with
  * defaults), and the `<field>: ...` error each invalid one gets.
  */
+import fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import { fnv1a32, partitionOf } from "../../src/domain/partition.js"
 import type { SubjectKind } from "../../src/transport/decode.js"
 import { decodeCommand, judgeCommand } from "../../src/transport/decode.js"
-import { parseBody } from "../../src/transport/body.js"
+import { messageBytesMax, messageNestingDepthMax } from "../../src/domain/limits.js"
+import { parseBody, scanBodyShape } from "../../src/transport/body.js"
 
 const maxAmount = 9007199254740991
 const bytes256 = "é".repeat(128)
@@ -340,5 +342,67 @@ describe("parseBody", () => {
   it("takes an object as one command and an array as a batch", () => {
     expect(parseBody(encode('{"op":"x"}'))).toEqual({ kind: "single", command: { op: "x" } })
     expect(parseBody(encode("[]"))).toEqual({ kind: "batch", commands: [] })
+  })
+})
+
+describe("parseBody: nesting and batch size, judged before JSON.parse", () => {
+  const encode = (text: string) => new TextEncoder().encode(text)
+  const deepReason = `body nests arrays and objects deeper than ${messageNestingDepthMax} levels`
+
+  /** How deep a parsed value nests: 0 for a scalar, 1 + its deepest child for an array or object. */
+  const depthOf = (value: unknown): number =>
+    typeof value === "object" && value !== null
+      ? 1 + Math.max(0, ...Object.values(value as Record<string, unknown>).map(depthOf))
+      : 0
+
+  it("refuses 1 MiB of nested arrays without parsing it, well within 100 ms", () => {
+    const half = messageBytesMax / 2
+    const nested = encode("[".repeat(half) + "]".repeat(half))
+    const started = performance.now()
+    const parsed = parseBody(nested)
+    const tookMs = performance.now() - started
+    console.log(`1 MiB of nested arrays: ${parsed.kind} after ${tookMs.toFixed(2)} ms`)
+    expect(parsed).toEqual({ kind: "refused", reason: deepReason })
+    expect(tookMs).toBeLessThan(100)
+  })
+
+  it("takes nesting up to the limit and refuses one level more", () => {
+    const nestedField = (levels: number) => `${"[".repeat(levels)}${"]".repeat(levels)}`
+    // A batch (1) of a command (2) whose unknown field nests the rest.
+    const atLimit = `[{"op":"get_usage","user":"u","extra":${nestedField(messageNestingDepthMax - 2)}}]`
+    expect(parseBody(encode(atLimit))).toMatchObject({ kind: "batch" })
+    const overLimit = `[{"op":"get_usage","user":"u","extra":${nestedField(messageNestingDepthMax - 1)}}]`
+    expect(parseBody(encode(overLimit))).toEqual({ kind: "refused", reason: deepReason })
+  })
+
+  it("does not count brackets, braces or commas inside strings, escaped quotes included", () => {
+    const inString = JSON.stringify('[[[[{{{{,,,,\\"[[[['.repeat(20))
+    const body = `[{"op":"get_usage","user":${inString}},{"op":"get_usage","user":"b"}]`
+    expect(parseBody(encode(body))).toMatchObject({ kind: "batch", commands: [{}, {}] })
+  })
+
+  it("refuses a wide batch by counting before parsing", () => {
+    const wide = encode(`[${Array.from({ length: 262_143 }, () => "{}").join(",")}]`)
+    const started = performance.now()
+    const parsed = parseBody(wide)
+    const tookMs = performance.now() - started
+    console.log(
+      `${wide.length} bytes, a batch of 262143 objects: ${parsed.kind} after ${tookMs.toFixed(2)} ms`
+    )
+    expect(parsed).toEqual({ kind: "refused", reason: "batch of 262143 commands is over the limit of 1000" })
+  })
+
+  it("measures any JSON value's depth and top-level length as parsing it would", () => {
+    fc.assert(
+      fc.property(fc.jsonValue({ maxDepth: 8 }), fc.integer({ min: 1, max: 9 }), (value, depthMax) => {
+        const shape = scanBodyShape(encode(JSON.stringify(value)), depthMax)
+        expect(shape).toEqual(
+          depthOf(value) > depthMax
+            ? { nestedTooDeep: true }
+            : { nestedTooDeep: false, topLevelElements: Array.isArray(value) ? value.length : undefined }
+        )
+      }),
+      { numRuns: 2_000 }
+    )
   })
 })

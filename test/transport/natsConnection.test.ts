@@ -10,6 +10,7 @@ import { createUser } from "@nats-io/nkeys"
 import { Effect } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { Environment } from "../../src/config/SettingsInvalid.js"
+import { SettingsInvalid } from "../../src/config/SettingsInvalid.js"
 import {
   connectionOptions,
   describeConnection,
@@ -157,7 +158,15 @@ describe("redaction", () => {
       "postgres://quota@db/quota?password=pa55&sslmode=require",
       "postgres://quota@db/quota?password=***&sslmode=require"
     ],
-    ["postgres://db/quota", "postgres://db/quota"]
+    ["postgres://db/quota", "postgres://db/quota"],
+    // However the password is spelled: raw /, ?, #, @ and % are the operator's to use.
+    ["nats://user:pa/ss@a:4222", "nats://user:***@a:4222"],
+    ["nats://user:p@ss@a:4222", "nats://user:***@a:4222"],
+    ["nats://user:p?a#s@a:4222", "nats://user:***@a:4222"],
+    ["nats://user:100%zz@a:4222", "nats://user:***@a:4222"],
+    ["nats://to/k@en@a:4222", "nats://***@a:4222"],
+    ["user:pa/ss@a:4222", "user:***@a:4222"],
+    ["postgres://quota:pa/ss@db:5432/quota", "postgres://quota:***@db:5432/quota"]
   ])("redactUrl(%s) is %s", (url, redacted) => {
     expect(redactUrl(url)).toBe(redacted)
   })
@@ -175,5 +184,26 @@ describe("redaction", () => {
     const withToken = describeConnection(await read({ NATS_TOKEN: "t0k3n" }))
     expect(JSON.stringify(withToken)).not.toContain("t0k3n")
     expect(JSON.stringify(describeConnection(await read({ NATS_NKEY: seedFile })))).not.toContain(seed)
+  })
+
+  it("takes the user part up to the last @, whatever the password holds, and scrubs it whole", async () => {
+    const env = { NATS_URL: "nats://a:p@ss/w?r#d@h:4222,nats://b:x%40y@h:4223" }
+    const settings = await read(env)
+    expect(describeConnection(settings)).toMatchObject({
+      servers: "nats://a:***@h:4222,nats://b:***@h:4223",
+      auth: "credentials in NATS_URL"
+    })
+    expect(scrubSecrets("p@ss/w?r#d, x%40y and x@y", secretsOf(settings))).toBe("***, *** and ***")
+    expect(await authenticate(env)).toEqual({ user: "a", pass: "p@ss/w?r#d" })
+    expect((await options(env)).servers).toEqual(["nats://h:4222", "nats://h:4223"])
+  })
+
+  it("a malformed % escape in NATS_URL is a settings error naming it, without the secret", async () => {
+    const error = await refusal({ NATS_URL: "nats://127.0.0.1:4222,nats://svc:100%zz-secret@h:4222" })
+    expect(error).toBeInstanceOf(SettingsInvalid)
+    expect(error.message).toBe(
+      "NATS_URL: the credentials of server 2 are not valid percent-encoding (a % must be followed by two hex digits: write a literal % as %25)"
+    )
+    expect(error.message).not.toContain("secret")
   })
 })

@@ -3,6 +3,7 @@
  * store): single commands, batches, ref echo, partition routing and the 400 service errors.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { messageNestingDepthMax } from "../../src/domain/limits.js"
 import { partitionOf } from "../../src/domain/partition.js"
 import type { Harness } from "./support.js"
 import { startHarness } from "./support.js"
@@ -385,7 +386,12 @@ describe("service errors (400, empty body)", () => {
     ["an empty body", "", "body is not JSON"],
     ["a number", "42", "body must be a command object or an array of command objects"],
     ["a string", '"reserve"', "body must be a command object or an array of command objects"],
-    ["null", "null", "body must be a command object or an array of command objects"]
+    ["null", "null", "body must be a command object or an array of command objects"],
+    [
+      "arrays nested past the limit",
+      `${"[".repeat(messageNestingDepthMax + 1)}${"]".repeat(messageNestingDepthMax + 1)}`,
+      `body nests arrays and objects deeper than ${messageNestingDepthMax} levels`
+    ]
   ])("%s", async (_name, body, reason) => {
     await expect400(body, reason)
   })
