@@ -32,6 +32,7 @@ import {
 } from "../domain/state.js"
 import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
 import { failedWriteRetryDelayMs, recallIdsMax } from "../domain/limits.js"
+import { turnEndsAt } from "./turn.js"
 import type { StoreShape } from "../store/Store.js"
 import { busyResult } from "../domain/slots.js"
 import type { RecencyLinks, RecencyList } from "./RecencyList.js"
@@ -253,10 +254,15 @@ const decideGroup = (
   envelopes: ReadonlyArray<Envelope>,
   ctx: DecideContext,
   settings: ActorSettings,
-  group: Group
-): void => {
+  group: Group,
+  turnEndsAt: number
+): number => {
   const options = { assertFull: settings.assertFull }
+  let decided = 0
   for (const envelope of envelopes) {
+    // Past the turn (after at least one decision): the rest wait for the next group.
+    if (decided > 0 && performance.now() >= turnEndsAt) break
+    decided += 1
     const { command } = envelope
     const wakeupsBefore = group.wakeups.length
     const result = decideInto(state, command, ctx, group, options)
@@ -276,6 +282,7 @@ const decideGroup = (
     } else group.replies.push([envelope, { status: "ok" }])
   }
   if (actor.parked?.size === 0) actor.parked = undefined
+  return decided
 }
 
 /** What a group answers: the envelopes its wakeups took (parked by earlier groups), then its commands. */
@@ -306,14 +313,14 @@ const decideOrReport = (
   envelopes: ReadonlyArray<Envelope>,
   ctx: DecideContext,
   settings: ActorSettings,
-  group: Group
-): boolean => {
+  group: Group,
+  turnEndsAt: number
+): number | undefined => {
   try {
-    decideGroup(actor, state, envelopes, ctx, settings, group)
-    return true
+    return decideGroup(actor, state, envelopes, ctx, settings, group, turnEndsAt)
   } catch (cause) {
     settings.onError(actor.user, "decision crashed (invariant violation or bug)", cause)
-    return false
+    return undefined
   }
 }
 
@@ -377,7 +384,10 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
         settings.onRest(actor)
         return
       }
-      const envelopes = actor.mailbox.splice(0, settings.decisionsPerWriteMax)
+      // The loop's turn is spent (this actor's groups that wrote nothing, or other actors started in the
+      // same turn): give it back before deciding more.
+      if (performance.now() >= turnEndsAt()) yield* Effect.yieldNow
+      let envelopes = actor.mailbox.splice(0, settings.decisionsPerWriteMax)
       // Not servable: the owner is elsewhere, or this process has not renewed in time. Its memory may be
       // stale, so nothing is decided from it: this group, the queue and the parked waiters (whose
       // place in the queue was memory only) are answered `unavailable`, and the next command reloads.
@@ -391,7 +401,13 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
       const decidedAt = settings.now()
       const ctx: DecideContext = { config: settings.config, now: decidedAt, random: settings.random }
       const decided = newGroup()
-      const decidedWell = decideOrReport(actor, state, envelopes, ctx, settings, decided)
+      const decidedCount = decideOrReport(actor, state, envelopes, ctx, settings, decided, turnEndsAt())
+      const decidedWell = decidedCount !== undefined
+      if (decidedWell && decidedCount < envelopes.length) {
+        // Cut short by the turn: the rest are the next group's, in their order.
+        actor.mailbox.unshift(...envelopes.slice(decidedCount))
+        envelopes = envelopes.slice(0, decidedCount)
+      }
       // A period never goes back, across reloads too: the store learns the day the decisions reached.
       const periodFloor = decidedWell ? periodFloorToStore(state) : undefined
       if (periodFloor !== undefined) decided.events.push(periodFloor)

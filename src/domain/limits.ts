@@ -39,6 +39,14 @@ export const messageBytesMax = 1_048_576
 export const idRetentionMs = 7 * 86_400_000
 
 /**
+ * How long an actor decides without giving the event loop back. A group is cut short when it passes
+ * this (its undecided commands go back to the front of the mailbox), and an actor whose groups write
+ * nothing (reads) yields between groups once it has run this long: a batch of heavy reads (a thousand
+ * `list_holds` of a user with a thousand holds took 650 ms in one piece) cannot stall everyone else.
+ */
+export const actorTurnMsMax = 10
+
+/**
  * A hold's consume keys are those applied since it was created, less this: a consume decided while the
  * clock read a little earlier than the hold's `createdAt` (the clock stepped back, or another process's
  * clock lags) is still this incarnation's. An id is reused only after its retention ended, so the
