@@ -38,6 +38,13 @@ export interface OwnershipState {
   memberLockHeld: boolean
   /** Counts member-lock losses: a claim sent before a loss and answered after it is handed back. */
   memberLockLosses: number
+  /**
+   * Since when (performance.now()) this process cannot reach its transport (NATS), or undefined while
+   * it can. Past the grace (OwnershipOptions.transportLossGraceMs) it cannot serve what it owns: a
+   * round gives every partition up (steps down, releases the leases) and heartbeats as leaving, so the
+   * others' fair shares cover them; back in touch, a round claims its share again.
+   */
+  transportDownSince: number | undefined
   /** Partitions a write found superseded: stepped down from at once (the round is woken). */
   readonly superseded: Set<number>
   readonly fence: Fence
@@ -93,6 +100,7 @@ export const makeOwnershipState = (owner: string = makeOwnerId()): OwnershipStat
     },
     memberLockHeld: true,
     memberLockLosses: 0,
+    transportDownSince: undefined,
     wake: () => {},
     leaving: false,
     loopStarted: false,
@@ -131,6 +139,11 @@ export interface OwnershipOptions {
   /** The key of this process's advisory lock, recorded with its heartbeat (null: none held now). */
   readonly lockKey?: () => number | null
   /**
+   * How long the transport may be unreachable before this process gives its partitions up (see
+   * OwnershipState.transportDownSince). Absent: never (a process without a transport to lose).
+   */
+  readonly transportLossGraceMs?: number
+  /**
    * How often to look for members known dead (their lock gone) that still hold leases; finding one
    * wakes the round at once. 0 or absent: only at each round.
    */
@@ -161,6 +174,38 @@ const stepDown = (options: OwnershipOptions, partitions: ReadonlyArray<number>, 
     options.log("stepped down from partitions", { partitions, reason })
   })
 
+/** Whether the transport has been unreachable for longer than the grace. */
+const transportAway = (options: OwnershipOptions): boolean => {
+  const since = options.state.transportDownSince
+  return (
+    options.transportLossGraceMs !== undefined &&
+    since !== undefined &&
+    performance.now() - since >= options.transportLossGraceMs
+  )
+}
+
+/**
+ * The transport went down (`up` false) or came back: recorded, and the loop woken when it matters (at
+ * the end of the grace, if still down; at once when back, to claim again).
+ */
+export const transportChanged = (options: OwnershipOptions, up: boolean): void => {
+  const { state } = options
+  if (up) {
+    if (state.transportDownSince === undefined) return
+    state.transportDownSince = undefined
+    state.wake()
+    return
+  }
+  if (state.transportDownSince !== undefined) return
+  const since = performance.now()
+  state.transportDownSince = since
+  const grace = options.transportLossGraceMs
+  if (grace === undefined) return
+  setTimeout(() => {
+    if (state.transportDownSince === since) state.wake()
+  }, grace).unref()
+}
+
 /** One round of heartbeat, renew, hand-off and claim. */
 export const ownershipRound = (options: OwnershipOptions) =>
   Effect.gen(function* () {
@@ -168,6 +213,20 @@ export const ownershipRound = (options: OwnershipOptions) =>
     const superseded = [...state.superseded]
     state.superseded.clear()
     yield* stepDown(options, superseded, "a write found the epoch superseded")
+
+    // Cut off from the transport: nothing it owns can be served from here, so the others take it.
+    if (transportAway(options)) {
+      yield* queries.heartbeat(state.owner, true, options.lockKey?.() ?? null)
+      const held = new Map(state.epochs)
+      if (held.size === 0) return
+      yield* stepDown(options, [...held.keys()], "cut off from the transport (NATS)")
+      yield* queries.release(state.owner, held)
+      options.log("released every partition: cut off from the transport (NATS)", {
+        partitions: [...held.keys()],
+        downForMs: Math.round(performance.now() - (state.transportDownSince ?? performance.now()))
+      })
+      return
+    }
 
     // Members known dead (their lock gone) lose their partitions now, not when their leases run out.
     const dead = yield* queries.deadOwners()

@@ -85,16 +85,29 @@ export const ownershipStatements = (schema: string) => ({
     from unnest($2::integer[], $3::bigint[]) as held (partition, epoch)
     where owner_row.partition = held.partition and owner_row.epoch = held.epoch and owner_row.owner = $1
     returning owner_row.partition`,
+  // Each release tells the members listening (their member-lock sessions) to run a round now: the
+  // partition's new owner claims it at once instead of at its next round.
   release: `
-    update "${schema}".partition_owners as owner_row
-    set lease_expires_at = 0
-    from unnest($2::integer[], $3::bigint[]) as held (partition, epoch)
-    where owner_row.partition = held.partition and owner_row.epoch = held.epoch and owner_row.owner = $1`,
+    with released as (
+      update "${schema}".partition_owners as owner_row
+      set lease_expires_at = 0
+      from unnest($2::integer[], $3::bigint[]) as held (partition, epoch)
+      where owner_row.partition = held.partition and owner_row.epoch = held.epoch and owner_row.owner = $1
+      returning owner_row.partition
+    )
+    select pg_notify('${partitionsReleasedChannel(schema)}', count(*)::text) from released having count(*) > 0`,
   // Leaving: every lease of this owner, including one whose claim answer never reached it.
   releaseAll: `
-    update "${schema}".partition_owners set lease_expires_at = 0
-    where owner = $1 and lease_expires_at > 0`
+    with released as (
+      update "${schema}".partition_owners set lease_expires_at = 0
+      where owner = $1 and lease_expires_at > 0
+      returning partition
+    )
+    select pg_notify('${partitionsReleasedChannel(schema)}', count(*)::text) from released having count(*) > 0`
 })
+
+/** The NOTIFY channel of released partitions (see memberLock.ts, which listens on it). */
+export const partitionsReleasedChannel = (schema: string): string => `${schema}_partitions_released`
 
 export type OwnershipStatements = ReturnType<typeof ownershipStatements>
 
