@@ -12,11 +12,12 @@ import {
   leaveOwnership,
   makeOwnershipState,
   memberLockLost,
-  runOwnership
+  runOwnership,
+  transportChanged
 } from "../cluster/PartitionOwnership.js"
 import { partitionOf } from "../domain/partition.js"
 import type { Fence } from "../store/Fence.js"
-import { makeOwnershipQueries } from "../store/postgres/ownership.js"
+import { makeOwnershipQueries, partitionsReleasedChannel } from "../store/postgres/ownership.js"
 import { loadConfig } from "../config/configFile.js"
 import type { Settings } from "../config/settings.js"
 import { describeConnection } from "../config/natsConnection.js"
@@ -39,7 +40,7 @@ import type { Logger } from "../transport/log.js"
 import { logExpiry, makeLogger } from "../transport/log.js"
 import type { NatsServerShape } from "../transport/NatsServer.js"
 import { NatsServer, natsServerLayer, natsServerOptions } from "../transport/NatsServer.js"
-import { memberDeathCheckIntervalMs, ownershipPoolConnections } from "../domain/limits.js"
+import { memberDeathCheckIntervalMs, natsLossGraceMs, ownershipPoolConnections } from "../domain/limits.js"
 import { holdMemberLock } from "../store/postgres/memberLock.js"
 
 export interface DatabaseTarget {
@@ -203,13 +204,16 @@ const startOwnership = (
       },
       () => {
         ownership.memberLockHeld = true
-      }
+      },
+      // A member released partitions: the round that may claim them runs now, not at its next turn.
+      { channel: partitionsReleasedChannel("quota"), onNotified: () => ownership.wake() }
     )
     const options: OwnershipOptions = {
       state: ownership,
       queries: makeOwnershipQueries(pool, "quota"),
       lockKey: memberLock.key,
       deathCheckIntervalMs: memberDeathCheckIntervalMs,
+      transportLossGraceMs: natsLossGraceMs,
       partitions: settings.partitions,
       leaseMs: settings.partitionLeaseMs,
       renewIntervalMs: Math.max(1, Math.floor(settings.partitionLeaseMs / 3)),
@@ -227,6 +231,16 @@ const startOwnership = (
       runFork(memberLockLost(options, reason))
       ownership.wake()
     }
+    server.onConnectionChange((up) => {
+      logger.warn(
+        { owner: ownership.owner, connected: up },
+        up
+          ? "NATS is back: claiming this process's share again"
+          : `NATS is unreachable: every partition is given up after ${natsLossGraceMs} ms unless it is back`
+      )
+      transportChanged(options, up)
+    })
+    if (!server.connected()) transportChanged(options, false)
     yield* Effect.forkScoped(runOwnership(options))
     return options
   })

@@ -188,6 +188,22 @@ export const partitionLeaseMsMax = 600_000
  */
 export const memberDeathCheckIntervalMs = 200
 
+/**
+ * How long a process may be cut off from NATS before it gives up every partition it owns (steps down,
+ * releases the leases, heartbeats as leaving) so that the others serve them: a reconnect within it
+ * (a NATS server restarting, a client moving to another server of a cluster) costs no hand-off.
+ */
+export const natsLossGraceMs = 1_000
+
+/**
+ * The NATS client's pings: every quarter of the lease (at least this often, never more often than
+ * natsPingIntervalMsMin), and a connection with natsPingsOutstandingMax unanswered is taken for dead and
+ * reconnected. A silent connection (a network partition that resets nothing) is then seen in about
+ * three quarters of a lease, not in nats.js's default of minutes.
+ */
+export const natsPingIntervalMsMin = 500
+export const natsPingsOutstandingMax = 2
+
 /** Connections of the pool that heartbeats and renews partition leases, apart from the store's. */
 export const ownershipPoolConnections = 2
 

@@ -13,7 +13,12 @@ import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node"
 import { Context, Effect, Layer, Scope } from "effect"
 import { Coordinator } from "../actors/Coordinator.js"
 import type { Settings } from "../config/settings.js"
-import { messageBytesMax, transportDrainMs } from "../domain/limits.js"
+import {
+  messageBytesMax,
+  natsPingIntervalMsMin,
+  natsPingsOutstandingMax,
+  transportDrainMs
+} from "../domain/limits.js"
 import { headerSafe } from "./body.js"
 import type { SubjectKind } from "./decode.js"
 import type { ServiceIdentity, ServiceVerb } from "./discovery.js"
@@ -55,6 +60,8 @@ export interface NatsServerOptions {
   readonly queueGroup?: string
   /** How long `stop` waits for requests in flight before answering them `unavailable`. */
   readonly drainMs?: number
+  /** The client's ping interval (default nats.js's, 2 minutes); serve sets it from the lease. */
+  readonly pingIntervalMs?: number
   /** Largest request body (default 1 MiB, as the protocol says); tests lower it to reach the refusal. */
   readonly messageBytesMax?: number
   /** Counts answered commands (default: metrics off). */
@@ -67,6 +74,7 @@ export const natsServerOptions = (settings: Settings, logger: Logger): NatsServe
   connection: settings.nats,
   prefix: settings.prefix,
   partitions: settings.partitions,
+  pingIntervalMs: Math.max(natsPingIntervalMsMin, Math.floor(settings.partitionLeaseMs / 4)),
   logger
 })
 
@@ -86,6 +94,8 @@ export interface NatsServerShape {
   readonly closed: Effect.Effect<Error | undefined>
   /** Whether the connection is up now (false between a disconnect and the reconnect, and once closed). */
   readonly connected: () => boolean
+  /** Told each time the connection goes down (false) or is back (true). */
+  readonly onConnectionChange: (listener: (up: boolean) => void) => void
   /** The connection itself, for what shares it (the events publisher's JetStream). */
   readonly connection: NatsConnection
 }
@@ -117,7 +127,11 @@ const connectServer = (options: NatsServerOptions) =>
     name: "quota-coordinator",
     // Keep trying through outages: the client resubscribes on reconnect. An authorization error
     // still ends the connection (nats.js gives up on it), which ends `serve` with the reason.
-    maxReconnectAttempts: -1
+    maxReconnectAttempts: -1,
+    // A silent connection is only seen by unanswered pings.
+    ...(options.pingIntervalMs === undefined
+      ? {}
+      : { pingInterval: options.pingIntervalMs, maxPingOut: natsPingsOutstandingMax })
   })
 
 export const makeNatsServer = (
@@ -311,10 +325,16 @@ export const makeNatsServer = (
       if (error !== undefined) logger.error({ error: error.message }, "nats connection closed")
     })
     let connected = true
+    const connectionListeners: Array<(up: boolean) => void> = []
+    const connectionChanged = (up: boolean): void => {
+      if (connected === up) return
+      connected = up
+      for (const listener of connectionListeners) listener(up)
+    }
     void (async () => {
       for await (const status of nc.status()) {
-        if (status.type === "disconnect") connected = false
-        else if (status.type === "reconnect") connected = true
+        if (status.type === "disconnect") connectionChanged(false)
+        else if (status.type === "reconnect") connectionChanged(true)
         if (status.type === "disconnect" || status.type === "reconnect" || status.type === "error") {
           logger.warn(
             {
@@ -345,6 +365,9 @@ export const makeNatsServer = (
       stop,
       closed: Effect.promise(() => closed),
       connected: () => connected && !nc.isClosed(),
+      onConnectionChange: (listener) => {
+        connectionListeners.push(listener)
+      },
       connection: nc
     }
   })

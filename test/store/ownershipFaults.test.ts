@@ -10,7 +10,12 @@
 import { Effect } from "effect"
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest"
 import type { OwnershipOptions, OwnershipState } from "../../src/cluster/PartitionOwnership.js"
-import { makeOwnershipState, memberLockLost, ownershipRound } from "../../src/cluster/PartitionOwnership.js"
+import {
+  makeOwnershipState,
+  memberLockLost,
+  ownershipRound,
+  transportChanged
+} from "../../src/cluster/PartitionOwnership.js"
 import { migrate } from "../../src/store/postgres/migrate.js"
 import type { OwnershipQueries } from "../../src/store/postgres/ownership.js"
 import { makeOwnershipQueries } from "../../src/store/postgres/ownership.js"
@@ -69,7 +74,7 @@ describe("ownership when the member lock is lost", () => {
     // Before the step-down has even run: nothing is answered from memory any more.
     expect([0, 1, 2, 3].map(state.servable)).toEqual([false, false, false, false])
     await Effect.runPromise(stepDown)
-    expect(events).toEqual(["stop 0", "stop 1", "stop 2", "stop 3"])
+    expect([...events].sort()).toEqual(["stop 0", "stop 1", "stop 2", "stop 3"])
     expect(state.epochs.size).toBe(0)
 
     // Without the lock a round claims nothing, though every lease is there to take.
@@ -82,7 +87,7 @@ describe("ownership when the member lock is lost", () => {
     // The lock is held again: the next normal round claims and serves.
     state.memberLockHeld = true
     await Effect.runPromise(ownershipRound(options))
-    expect(events).toEqual(["serve 0", "serve 1", "serve 2", "serve 3"])
+    expect([...events].sort()).toEqual(["serve 0", "serve 1", "serve 2", "serve 3"])
     expect([0, 1, 2, 3].map(state.servable)).toEqual([true, true, true, true])
   })
 
@@ -142,13 +147,49 @@ describe("a claim whose serving failed", () => {
         : Effect.sync(() => events.push(...served.map((partition) => `serve ${partition}`)))
     )
     await Effect.runPromise(ownershipRound(options))
-    expect(events).toEqual(["stop 0", "stop 1", "stop 2", "stop 3"])
+    expect([...events].sort()).toEqual(["stop 0", "stop 1", "stop 2", "stop 3"])
     expect(state.epochs.size).toBe(0)
     expect((await leaseRows()).every((row) => !row.live)).toBe(true)
 
     events.length = 0
     await Effect.runPromise(ownershipRound(options))
-    expect(events).toEqual(["serve 0", "serve 1", "serve 2", "serve 3"])
+    expect([...events].sort()).toEqual(["serve 0", "serve 1", "serve 2", "serve 3"])
+    expect([0, 1, 2, 3].map(state.servable)).toEqual([true, true, true, true])
+  })
+})
+
+describe("a process cut off from its transport (NATS)", () => {
+  it("gives every partition up after the grace, heartbeating as leaving, and claims its share again once back", async () => {
+    await releaseEverything()
+    const state = makeOwnershipState("nats-away-owner")
+    const events: Array<string> = []
+    const options: OwnershipOptions = { ...ownershipOf(state, events), transportLossGraceMs: 50 }
+    await Effect.runPromise(ownershipRound(options))
+    expect([0, 1, 2, 3].map(state.servable)).toEqual([true, true, true, true])
+
+    // Within the grace nothing moves: a reconnect that quick costs no hand-off.
+    events.length = 0
+    transportChanged(options, false)
+    await Effect.runPromise(ownershipRound(options))
+    expect(events).toEqual([])
+
+    await new Promise((resolve) => setTimeout(resolve, 60))
+    await Effect.runPromise(ownershipRound(options))
+    expect([...events].sort()).toEqual(["stop 0", "stop 1", "stop 2", "stop 3"])
+    expect((await leaseRows()).every((row) => !row.live)).toBe(true)
+    const member = await pool.query<{ leaving: boolean }>(
+      `select leaving from "${database.schema}".members where owner = $1`,
+      [state.owner]
+    )
+    expect(member.rows[0]?.leaving).toBe(true)
+    // Still away: nothing is claimed.
+    events.length = 0
+    await Effect.runPromise(ownershipRound(options))
+    expect(events).toEqual([])
+
+    transportChanged(options, true)
+    await Effect.runPromise(ownershipRound(options))
+    expect([...events].sort()).toEqual(["serve 0", "serve 1", "serve 2", "serve 3"])
     expect([0, 1, 2, 3].map(state.servable)).toEqual([true, true, true, true])
   })
 })

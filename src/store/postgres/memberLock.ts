@@ -27,7 +27,9 @@ const relockDelayMs = 250
 export const holdMemberLock = (
   connectionString: string,
   onLost: (reason: string) => void,
-  onLocked: () => void = () => {}
+  onLocked: () => void = () => {},
+  /** A NOTIFY channel to listen on with the same session, and who hears it (see ownership.ts). */
+  notifications?: { readonly channel: string; readonly onNotified: () => void }
 ): Effect.Effect<MemberLock, never, Scope.Scope> =>
   Effect.gen(function* () {
     let key: number | null = null
@@ -38,18 +40,28 @@ export const holdMemberLock = (
     const lockOnce = async (): Promise<void> => {
       const next = new pg.Client({ connectionString, connectionTimeoutMillis: storeConnectTimeoutMs })
       next.on("error", () => {})
-      await next.connect()
-      // A random key: a collision with a live member's is refused (try) and another key is drawn.
-      for (;;) {
-        const candidate = randomInt(1, 2 ** 31 - 1)
-        const result = await next.query<{ locked: boolean }>(
-          `select pg_try_advisory_lock(${memberLockNamespace}, $1) as locked`,
-          [candidate]
-        )
-        if (result.rows[0]?.locked === true) {
-          key = candidate
-          break
+      try {
+        await next.connect()
+        if (notifications !== undefined) {
+          next.on("notification", () => notifications.onNotified())
+          await next.query(`listen "${notifications.channel}"`)
         }
+        // A random key: a collision with a live member's is refused (try) and another key is drawn.
+        for (;;) {
+          const candidate = randomInt(1, 2 ** 31 - 1)
+          const result = await next.query<{ locked: boolean }>(
+            `select pg_try_advisory_lock(${memberLockNamespace}, $1) as locked`,
+            [candidate]
+          )
+          if (result.rows[0]?.locked === true) {
+            key = candidate
+            break
+          }
+        }
+      } catch (cause) {
+        // Ending the session releases whatever it took; the next attempt starts afresh.
+        await next.end().catch(() => undefined)
+        throw cause
       }
       client = next
       onLocked()
