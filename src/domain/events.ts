@@ -154,15 +154,7 @@ export interface StoredUser {
 }
 
 /** Closed holds and `adjust` ids the store remembers for a user, asked for by id (see Store.recall). */
-export interface RecalledIds {
-  readonly holds: ReadonlyArray<HoldRecord & { readonly consumeKeys: ReadonlyArray<string> }>
-  readonly adjustments: ReadonlyArray<{
-    readonly id: string
-    readonly meter: string
-    readonly amount: number
-    readonly at: number
-  }>
-}
+export type RecalledIds = Pick<StoredUser, "holds" | "adjustments">
 
 export const emptyStoredUser: StoredUser = {
   plan: null,
