@@ -135,6 +135,13 @@ export const partitionsMax = 1_024
 export const transportDrainMs = 30_000
 
 /**
+ * How long stopping a partition's subscription waits for the NATS server to confirm its drain. Past it
+ * (or at once while disconnected) the subscription is dropped locally: stepping down must not wait for
+ * a server that cannot be reached.
+ */
+export const subscriptionDrainWaitMs = 1_000
+
+/**
  * How long the Postgres store waits for a connection from its pool. Past it the load or commit fails
  * with `StoreUnavailable`: its callers answer `unavailable` instead of hanging on a dead server.
  */

@@ -17,6 +17,7 @@ import {
   messageBytesMax,
   natsPingIntervalMsMin,
   natsPingsOutstandingMax,
+  subscriptionDrainWaitMs,
   transportDrainMs
 } from "../domain/limits.js"
 import { headerSafe } from "./body.js"
@@ -271,8 +272,26 @@ export const makeNatsServer = (
         if (fresh.length > 0) logger.info({ partitions: fresh }, "serving partitions")
       })
 
-    const drainQuietly = (subscription: Subscription) =>
-      subscription.isClosed() ? Promise.resolve() : subscription.drain().catch(() => undefined)
+    /**
+     * Stops a subscription: drained while connected (the server stops sending, and what it already sent
+     * is handled), at most subscriptionDrainWaitMs; dropped at once otherwise. A drain needs the server's
+     * answer, and a process cut off from NATS must still step down at once (it gives its partitions up so
+     * that the others serve them): waiting for a reconnect held that for the whole outage.
+     */
+    const drainQuietly = async (subscription: Subscription): Promise<void> => {
+      if (subscription.isClosed()) return
+      const drop = () => {
+        if (!subscription.isClosed()) subscription.unsubscribe()
+      }
+      if (!connected) return drop()
+      let timer: ReturnType<typeof setTimeout> | undefined
+      const waited = new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, subscriptionDrainWaitMs)
+      })
+      await Promise.race([subscription.drain().catch(() => undefined), waited])
+      clearTimeout(timer)
+      drop()
+    }
 
     const stopPartitions = (requested: ReadonlyArray<number>) =>
       Effect.promise(async () => {

@@ -126,8 +126,21 @@ describe("JetStream away", () => {
     })
 
     // JetStream comes back on the same address: the coordinator reconnects and publishes the backlog.
+    // Cut off from NATS past natsLossGraceMs it gave its partitions up (ownership follows the ability to
+    // serve), so it serves again once it has claimed them back; then the backlog drains.
     await nats!.stop()
     nats = await startNats(true)
+    await waitFor(
+      async () =>
+        (await request("ops", { op: "get_usage", user: last }).then(
+          (answer) => answer.status === "ok",
+          () => false
+        ))
+          ? true
+          : undefined,
+      30_000,
+      () => "the coordinator did not serve partition 7 again"
+    )
     await waitFor(
       async () => (sample(await scrape(running.httpPort), "quota_events_pending") === 0 ? true : undefined),
       30_000,

@@ -23,6 +23,16 @@ export const periodNoneSentinel = -1
  */
 export const ledgerKeyBucketMs = 604_800_000
 
+/**
+ * The first key of the transaction-scoped advisory lock on a partition's outbox ("QOUT"; the member
+ * locks use another). Group commits run several transactions at once, and `seq` is drawn when a row is
+ * inserted, not when it commits: without the lock, a later seq of a partition could commit before an
+ * earlier one, and the publisher, which takes what the stream already holds up to the last published
+ * seq as published (EventPublisher.ts), would skip the earlier row for good. Holding the partition's
+ * lock from before the insert to the commit makes its rows commit in seq order.
+ */
+export const outboxLockNamespace = 0x51_4f_55_54
+
 export const storedPeriodStart = (periodStart: number | null): number => periodStart ?? periodNoneSentinel
 
 /** What one group changes, per table, after collapsing repeated rows to their last image. */
@@ -134,6 +144,12 @@ const statementTexts = (schema: string) => ({
       as row (user_id, meter, period_start, used, crossed)
     on conflict (user_id, meter, period_start) do update
       set used = excluded.used, thresholds_crossed = excluded.thresholds_crossed`,
+  // Before the outbox rows: one transaction at a time records events of a partition, so a partition's
+  // rows are committed in seq order (see outboxLockNamespace). Partitions in ascending order: no
+  // deadlock between two groups.
+  lockOutboxPartitions: `
+    select pg_advisory_xact_lock(${outboxLockNamespace}, partition)
+    from unnest($1::integer[]) as locked (partition) order by partition`,
   // In array order (with ordinality): seq follows the order of the decisions.
   insertEvents: `
     insert into "${schema}".events_outbox (partition, user_id, kind, at, body)
@@ -323,6 +339,9 @@ export const groupQueries = (
   add(statements.deleteLimits, limitsRemoved.length, [
     identifiers(limitsRemoved, (row) => row.user),
     text(limitsRemoved, (row) => row.meter)
+  ])
+  add(statements.lockOutboxPartitions, events.length, [
+    integerArrayLiteral([...new Set(events.map(partitionOfRow))].sort((left, right) => left - right))
   ])
   add(statements.insertEvents, events.length, [
     integer(events, partitionOfRow),
