@@ -1,11 +1,12 @@
 /**
  * Scaling out: processes sharing one NATS and one Postgres split the P partitions between them.
  *
- * Each round (every `renewIntervalMs`) a process heartbeats, reads the live members, and computes its
- * fair share (partition p belongs to the member at index p mod n of the sorted live members). It renews
- * the leases it holds (any it lost are stepped down from), hands off partitions no longer its share
- * (stop taking their messages, answer what is in flight, drop their actors, release the lease), and
- * claims its share's partitions whose lease ran out or was released.
+ * Each round (every `renewIntervalMs`, or at once when woken) a process heartbeats, reads the live
+ * members, and computes how many partitions it should hold (P/n, see shareCount). It renews the leases
+ * it holds (any it lost are stepped down from), hands off what is beyond its count (stop taking their
+ * messages, answer what is in flight, drop their actors, release the lease), and claims free
+ * partitions (lease run out, released, or held by a member known dead) up to its count, the ones it
+ * prefers first (preferenceOf). A survivor therefore keeps every partition it holds when a member dies.
  *
  * Leases only decide who should serve. Safety comes from the epoch: a claim bumps it, and every write
  * batch checks its epochs in the same transaction (src/store/postgres/writeEvents.ts), so a process
@@ -16,6 +17,7 @@ import { randomUUID } from "node:crypto"
 import { Cause, Deferred, Effect, Exit } from "effect"
 import type { Fence } from "../store/Fence.js"
 import type { OwnershipQueries } from "../store/postgres/ownership.js"
+import { fnv1a32OfString } from "../domain/partition.js"
 
 export interface OwnershipState {
   readonly owner: string
@@ -150,17 +152,33 @@ export interface OwnershipOptions {
   readonly deathCheckIntervalMs?: number
 }
 
-/** The partitions of a fair share: index p mod n among the sorted live members. */
-export const fairShare = (
-  owner: string,
-  members: ReadonlyArray<string>,
-  partitions: number
-): Array<number> => {
+/**
+ * How many partitions `owner` should hold among the live members: P/n rounded down, one more for the
+ * first P mod n members in sorted order. Which partitions is not fixed by the members (as p mod n was):
+ * each member keeps what it holds up to its count, hands off what is beyond it, and claims free
+ * partitions up to it. So when a member dies or leaves, only its partitions move (every survivor's count
+ * grows or stays), and when one joins, about P/n move to it (the others hand off what is beyond their
+ * new counts). With p mod n over sorted members, a death also made the survivors swap partitions
+ * between themselves, each a gap of up to a round for a partition whose owner was alive.
+ */
+export const shareCount = (owner: string, members: ReadonlyArray<string>, partitions: number): number => {
   const sorted = [...new Set([...members, owner])].sort()
   const index = sorted.indexOf(owner)
-  const share: Array<number> = []
-  for (let partition = index; partition < partitions; partition += sorted.length) share.push(partition)
-  return share
+  return Math.floor(partitions / sorted.length) + (index < partitions % sorted.length ? 1 : 0)
+}
+
+/**
+ * How much `owner` prefers `partition` (rendezvous hashing: a score per member and partition, each
+ * member claiming its highest-scored free partitions first and handing off its lowest-scored ones):
+ * members rarely reach for the same free partitions at once, and where they do, the claims' SKIP
+ * LOCKED gives each a different one.
+ */
+export const preferenceOf = (owner: string, partition: number): number => {
+  // FNV-1a, then murmur3's finalizer: FNV alone barely mixes the last characters into the high bits.
+  let hash = fnv1a32OfString(`${partition}/${owner}`)
+  hash = Math.imul(hash ^ (hash >>> 16), 0x85ebca6b)
+  hash = Math.imul(hash ^ (hash >>> 13), 0xc2b2ae35)
+  return (hash ^ (hash >>> 16)) >>> 0
 }
 
 const stepDown = (options: OwnershipOptions, partitions: ReadonlyArray<number>, reason: string) =>
@@ -232,7 +250,9 @@ export const ownershipRound = (options: OwnershipOptions) =>
     const dead = yield* queries.deadOwners()
     yield* queries.heartbeat(state.owner, false, options.lockKey?.() ?? null)
     const members = yield* queries.liveMembers(leaseMs)
-    const share = new Set(fairShare(state.owner, members, options.partitions))
+    const count = shareCount(state.owner, members, options.partitions)
+    const byPreference = (left: number, right: number) =>
+      preferenceOf(state.owner, left) - preferenceOf(state.owner, right)
 
     const servableFor = leaseMs * servableShareOfLease
     const renewSentAt = sentNow()
@@ -247,7 +267,11 @@ export const ownershipRound = (options: OwnershipOptions) =>
       "the lease was taken over"
     )
 
-    const handOff = new Map([...state.epochs].filter(([partition]) => !share.has(partition)))
+    // Beyond its count (a member joined): the least preferred go to the members short of theirs.
+    const beyond = [...state.epochs.keys()]
+      .sort(byPreference)
+      .slice(0, Math.max(0, state.epochs.size - count))
+    const handOff = new Map(beyond.map((partition) => [partition, state.epochs.get(partition)!]))
     if (handOff.size > 0) {
       yield* stepDown(options, [...handOff.keys()], "rebalancing to another member")
       yield* queries.release(state.owner, handOff)
@@ -259,12 +283,14 @@ export const ownershipRound = (options: OwnershipOptions) =>
     // A partition a write found superseded during this round is not claimed until a round has stepped
     // down from it: a fresh epoch over its actors still resident would let their stale memory decide,
     // and write, under the new epoch. The fence woke the loop, so that round comes next.
-    const wanted = [...share].filter(
-      (partition) => !state.epochs.has(partition) && !state.superseded.has(partition)
-    )
+    const short = count - state.epochs.size
+    if (short <= 0) return
+    const wanted = Array.from({ length: options.partitions }, (_, partition) => partition)
+      .filter((partition) => !state.epochs.has(partition) && !state.superseded.has(partition))
+      .sort((left, right) => byPreference(right, left))
     const claimSentAt = sentNow()
     const lossesBefore = state.memberLockLosses
-    const claimed = yield* queries.claim(state.owner, wanted, leaseMs, dead)
+    const claimed = yield* queries.claim(state.owner, wanted, leaseMs, dead, short)
     if (claimed.size > 0 && (state.memberLockLosses !== lossesBefore || !state.memberLockHeld)) {
       // The member lock was lost while the claim was in flight: the others may already take these.
       yield* queries.release(state.owner, claimed)

@@ -55,12 +55,14 @@ export const ownershipStatements = (schema: string) => ({
   // SHARE a write holds on its owner rows (migration 0004): a row with a write in flight is skipped
   // this round (SKIP LOCKED) and claimed once that write has committed or failed, so no write of the
   // old epoch can land after the claim, and a paused writer holds back only its own partitions.
+  // $1 lists the wanted partitions in order of preference; at most $5 are taken (null: all).
   claim: `
     with expired as (
       select partition from "${schema}".partition_owners
       where partition = any($1::integer[])
         and (lease_expires_at < ${databaseNowMs} or owner = any($4::text[]))
-      order by partition
+      order by array_position($1::integer[], partition)
+      limit $5
       for update skip locked
     ), taken as (
       update "${schema}".partition_owners as owner_row
@@ -71,8 +73,10 @@ export const ownershipStatements = (schema: string) => ({
       returning owner_row.partition, owner_row.epoch
     ), created as (
       insert into "${schema}".partition_owners (partition, owner, epoch, lease_expires_at)
-      select partition, $2, 1, ${databaseNowMs} + $3 from unnest($1::integer[]) as wanted (partition)
-      order by partition
+      select partition, $2, 1, ${databaseNowMs} + $3
+      from unnest($1::integer[]) with ordinality as wanted (partition, preference)
+      order by preference
+      limit greatest(0, coalesce($5, 2147483647) - (select count(*) from taken))
       on conflict (partition) do nothing
       returning partition, epoch
     )
@@ -129,9 +133,12 @@ export interface OwnershipQueries {
    */
   readonly claim: (
     owner: string,
+    /** In order of preference: with `limit`, the first claimable ones are taken. */
     partitions: ReadonlyArray<number>,
     leaseMs: number,
-    deadOwners?: ReadonlyArray<string>
+    deadOwners?: ReadonlyArray<string>,
+    /** At most this many (absent: every claimable one). */
+    limit?: number
   ) => Effect.Effect<ReadonlyMap<number, number>, StoreUnavailable>
   /** Returns the partitions still held (the rest were taken over). */
   readonly renew: (
@@ -186,15 +193,16 @@ export const makeOwnershipQueries = (
         try: () => pool.query(statements.forgetMember, [owner]).then(() => undefined),
         catch: storeUnavailable("forget member")
       }),
-    claim: (owner, partitions, leaseMs, deadOwners = []) =>
+    claim: (owner, partitions, leaseMs, deadOwners = [], limit) =>
       Effect.tryPromise({
         try: async () => {
-          if (partitions.length === 0) return new Map<number, number>()
+          if (partitions.length === 0 || limit === 0) return new Map<number, number>()
           const result = await pool.query<{ partition: number; epoch: string }>(statements.claim, [
             [...partitions],
             owner,
             leaseMs,
-            [...deadOwners]
+            [...deadOwners],
+            limit ?? null
           ])
           return new Map(result.rows.map((row) => [row.partition, Number(row.epoch)]))
         },
