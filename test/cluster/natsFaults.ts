@@ -15,11 +15,16 @@
  * postgresReset.test.ts: each answer against its flow's history, Postgres against the clients, the cut
  * process's log); every call resolves; once mended, the cut process is back in the fair share, answering.
  */
+import { mkdtemp, rm } from "node:fs/promises"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { connect } from "@nats-io/transport-node"
 import type { NatsConnection } from "@nats-io/transport-node"
 import { expect } from "vitest"
 import { partitionOf } from "../../src/domain/partition.js"
 import { checkDatabase } from "../support/databaseChecks.js"
+import type { NatsServerProcess } from "../support/natsServerProcess.js"
+import { freeLoopbackPort, startNatsServer } from "../support/natsServerProcess.js"
 import type { TestDatabase } from "../support/processes.js"
 import { createTestDatabase, randomPrefix, stopServe } from "../support/processes.js"
 import type { TcpProxy } from "../support/tcpProxy.js"
@@ -46,9 +51,6 @@ export type NatsFault = "reset" | "silent"
 const partitions = 16
 /** The default lease: renewals every 2 s, NATS pings every 1.5 s (a quarter of it). */
 const leaseMs = 6_000
-const natsHost = "127.0.0.1"
-const natsPort = 4222
-const servers = `${natsHost}:${natsPort}`
 const faultMs = 20_000
 /** Issue 22: the others serve the cut process's partitions within 5 s of a reset, 10 s of a silence. */
 export const unservedBoundMs: Record<NatsFault, number> = { reset: 5_000, silent: 10_000 }
@@ -57,7 +59,11 @@ const afterMendBoundMs = 5_000
 /** Back in the fair share after the mend. */
 const rebalanceBoundMs = 15_000
 
+/** A nats-server of the test's own (JetStream, monitoring): what it sees of the cut process is read. */
 export interface NatsFaultWorld {
+  nats: NatsServerProcess
+  monitorPort: number
+  dir: string
   database: TestDatabase
   nc: NatsConnection
   proxy: TcpProxy
@@ -65,10 +71,17 @@ export interface NatsFaultWorld {
 }
 
 export const openWorld = async (label: string): Promise<NatsFaultWorld> => {
+  const dir = await mkdtemp(join(tmpdir(), "quota-nats-faults-"))
+  const monitorPort = await freeLoopbackPort()
+  const nats = await startNatsServer(
+    dir,
+    (port) =>
+      `listen: 127.0.0.1:${port}\nhttp: 127.0.0.1:${monitorPort}\njetstream { store_dir: "${join(dir, "js")}" }\n`
+  )
   const database = await createTestDatabase(label)
-  const nc = await connect({ servers })
-  const proxy = await startTcpProxy(natsHost, natsPort)
-  return { database, nc, proxy, members: [] }
+  const nc = await connect({ servers: nats.url })
+  const proxy = await startTcpProxy("127.0.0.1", nats.port)
+  return { nats, monitorPort, dir, database, nc, proxy, members: [] }
 }
 
 export const closeWorld = async (world: NatsFaultWorld | undefined): Promise<void> => {
@@ -77,10 +90,13 @@ export const closeWorld = async (world: NatsFaultWorld | undefined): Promise<voi
   await world.proxy.close()
   await world.nc.close()
   await world.database.drop()
+  await world.nats.stop()
+  await rm(world.dir, { recursive: true, force: true })
 }
 
 export const runNatsFault = async (world: NatsFaultWorld, fault: NatsFault): Promise<void> => {
   const { database, nc, proxy } = world
+  const servers = world.nats.url
   const prefix = randomPrefix(fault === "reset" ? "nr" : "ns")
   const env = {
     DATABASE_URL: database.url,
@@ -88,7 +104,7 @@ export const runNatsFault = async (world: NatsFaultWorld, fault: NatsFault): Pro
     QUOTA_PARTITIONS: String(partitions),
     QUOTA_LEASE_MS: String(leaseMs),
     FAIRNESS_FREE_LIMIT: String(slotLimit),
-    NATS_URL: `nats://${servers}`
+    NATS_URL: servers
   }
   world.members = await startCluster(env, database.pool, partitions, 3, (index): Record<string, string> =>
     index === 0
@@ -118,12 +134,56 @@ export const runNatsFault = async (world: NatsFaultWorld, fault: NatsFault): Pro
   expect(held.length).toBeGreaterThan(0)
   const logFrom = cut.serve.output().length
 
+  // The cut process's connection as the NATS server sees it: still there, still subscribed to the
+  // partitions it held, bytes waiting to be written to it (sampled every second of the fault).
+  interface ServerConnection {
+    readonly cid: number
+    readonly pending_bytes?: number
+    readonly out_msgs?: number
+    readonly subscriptions_list?: ReadonlyArray<string>
+  }
+  const connz = async (): Promise<Array<ServerConnection>> => {
+    const response = await fetch(`http://127.0.0.1:${world.monitorPort}/connz?subs=1&limit=1024`)
+    return ((await response.json()) as { connections?: Array<ServerConnection> }).connections ?? []
+  }
+  const heldSubjects = new Set(held.map((partition) => `${prefix}.v1.${partition}.ops`))
+  const cutConnection = (await connz()).find((connection) =>
+    (connection.subscriptions_list ?? []).some((subject) => heldSubjects.has(subject))
+  )
+  const serverView: Array<string> = []
+  let sampledAt = 0
+  const sampleServer = async (since: number) => {
+    if (Date.now() - sampledAt < 1_000) return
+    sampledAt = Date.now()
+    const connections = await connz().catch(() => [])
+    const stale = connections.find((connection) => connection.cid === cutConnection?.cid)
+    const slow = await fetch(`http://127.0.0.1:${world.monitorPort}/varz`)
+      .then((response) => response.json() as Promise<{ slow_consumers?: number }>)
+      .then((varz) => varz.slow_consumers ?? 0)
+      .catch(() => -1)
+    const subscribers = held.map(
+      (partition) =>
+        connections.filter((connection) =>
+          (connection.subscriptions_list ?? []).includes(`${prefix}.v1.${partition}.ops`)
+        ).length
+    )
+    serverView.push(
+      `+${sampledAt - since}: ` +
+        (stale === undefined
+          ? "gone"
+          : `${(stale.subscriptions_list ?? []).filter((subject) => heldSubjects.has(subject)).length} subs, ` +
+            `${stale.pending_bytes ?? 0} B pending, ${stale.out_msgs ?? 0} msgs out`) +
+        `; subscribers per partition ${subscribers.join("/")}; slow consumers ${slow}`
+    )
+  }
+
   const faultAt = Date.now()
   if (fault === "reset") await proxy.cut()
   else proxy.silence()
   // Until every partition it held carries another owner's live lease under a newer epoch.
   let takenAfterMs: number | undefined
   while (Date.now() - faultAt < faultMs) {
+    await sampleServer(faultAt)
     if (takenAfterMs === undefined) {
       const rows = await ownerRows(database.pool)
       const taken = held.every((partition) => {
@@ -158,6 +218,9 @@ export const runNatsFault = async (world: NatsFaultWorld, fault: NatsFault): Pro
   const sawLossAt = cutLog.find((entry) => entry.msg.startsWith("NATS is unreachable"))?.time
   const gaveUpAt = cutLog.find((entry) => entry.msg.startsWith("released every partition"))?.time
   const sawBackAt = cutLog.find((entry) => entry.msg.startsWith("NATS is back"))?.time
+  const steppedDownAt = cutLog.find(
+    (entry) => entry.msg === "stepped down from partitions" && String(entry["reason"]).includes("transport")
+  )?.time
   const after = (time: number | undefined, since: number) =>
     time === undefined ? "never" : `${time - since} ms`
 
@@ -169,6 +232,24 @@ export const runNatsFault = async (world: NatsFaultWorld, fault: NatsFault): Pro
   const duringFault = longestGaps(oks, faultAt, mendedAt)
   const worstDuringFault = worst(duringFault)
   const afterMend = worst(longestGaps(oks, mendedAt, stoppedAt))
+  // From 1 s after the others held every partition to the mend: stretches that start in that window
+  // (the probes before it left out, so the stretch from the fault on does not count again).
+  const takeoverSettled = takenAfterMs === undefined ? undefined : faultAt + takenAfterMs + 1_000
+  const afterTakeover =
+    takeoverSettled === undefined
+      ? undefined
+      : worst(
+          longestGaps(
+            new Map(
+              [...oks].map(([partition, times]) => [
+                partition,
+                times.filter((time) => time >= takeoverSettled)
+              ])
+            ),
+            takeoverSettled,
+            mendedAt
+          )
+        )
   const reclaims = cutLog.filter((entry) => entry.msg === "claimed partitions" && entry.time >= mendedAt)
   const reclaimedAt = reclaims[0]?.time
   const reclaimed = new Set(reclaims.flatMap((entry) => entry["partitions"] as Array<number>))
@@ -199,12 +280,14 @@ export const runNatsFault = async (world: NatsFaultWorld, fault: NatsFault): Pro
 
   const summary =
     `nats ${fault}: ${cut.owner} held partitions ${held.join(", ")}; ${fault} for ${faultMs} ms; it saw NATS ` +
-    `gone ${after(sawLossAt, faultAt)} after the fault and released its partitions ${after(gaveUpAt, faultAt)} after; ` +
+    `gone ${after(sawLossAt, faultAt)} after the fault, stepped down ${after(steppedDownAt, faultAt)} and released its ` +
+    `partitions ${after(gaveUpAt, faultAt)} after; ` +
     (takenAfterMs === undefined
       ? `its partitions NOT all taken over during the fault; `
       : `all taken over by the others ${takenAfterMs} ms after the fault; `) +
     `longest a partition went unserved (fresh-user probe) during the fault: ${describeGap(worstDuringFault)}, ` +
     `per partition it held: ${held.map((partition) => `${partition}: ${duringFault[partition]!.ms}`).join(", ")} ms; ` +
+    `from 1 s after the takeover to the mend: ${afterTakeover === undefined ? "-" : describeGap(afterTakeover)}; ` +
     `around the mend: ${describeGap(afterMend)}; after the mend: it saw NATS back ${after(sawBackAt, mendedAt)} ` +
     `later, balanced over the three ` +
     (balancedAfterMs === undefined ? `NOT within ${rebalanceBoundMs} ms` : `${balancedAfterMs} ms later`) +
@@ -222,7 +305,22 @@ export const runNatsFault = async (world: NatsFaultWorld, fault: NatsFault): Pro
     `violations: ${overGrants.length} over-grants seen by clients, ${database_.violations.length} from ` +
     `checkDatabase, ${mismatches.length} Postgres vs clients, ${slots.violations.length} slots and charges`
   console.log(summary)
+  console.log(
+    `nats ${fault}: the server's view of ${cut.owner}'s connection (cid ${cutConnection?.cid ?? "not found"}) ` +
+      `and of the partitions it held, ms after the fault:\n${serverView.join("\n")}`
+  )
   if (wrongAnswers.length > 0) console.log(`wrong answers (first 20):\n${describeWrong}`)
+  // What the cut process logged of its life from the fault to 5 s after the mend (decisions left out).
+  console.log(
+    `${cut.owner} from the fault on:\n` +
+      withoutDecisions(cut.serve.output().slice(logFrom))
+        .split("\n")
+        .filter((line) => {
+          const time = /"time":(\d+)/.exec(line)
+          return time !== null && Number(time[1]) <= mendedAt + 5_000
+        })
+        .join("\n")
+  )
   if (stale.length > 0)
     console.log(
       `stale answers of ${cut.owner} (first 20):\n` +
