@@ -172,10 +172,35 @@ export const withoutDecisions = (output: string): string =>
 // ---------------------------------------------------------------------------------------------
 
 /**
- * One `get_usage` per partition, straight over NATS (no SDK retries): which partitions answer `ok`.
- * `index` picks the probe users (a fresh index asks about users no process has in memory, so only a
- * process that can load them from Postgres answers `ok`).
+ * One `get_usage` about a user of `partition`, straight over NATS (no SDK retries): whether it answered
+ * `ok`. `index` picks the probe user (a fresh index asks about a user no process has in memory, so only
+ * a process that can load it from Postgres answers `ok`).
  */
+export const probePartition = async (
+  nc: NatsConnection,
+  prefix: string,
+  partition: number,
+  partitions: number,
+  timeoutMs: number,
+  index = 0
+): Promise<boolean> => {
+  const user = userOnPartition("probe", partition, index, partitions)
+  try {
+    const reply = await nc.request(
+      `${prefix}.v1.${partition}.ops`,
+      JSON.stringify({ op: "get_usage", user }),
+      {
+        timeout: timeoutMs
+      }
+    )
+    return reply.json<{ status?: string }>().status === "ok"
+  } catch {
+    // no responders or a timeout: not served right now
+    return false
+  }
+}
+
+/** `probePartition` on every partition at once: which answered `ok`. */
 export const probePartitions = async (
   nc: NatsConnection,
   prefix: string,
@@ -186,17 +211,7 @@ export const probePartitions = async (
   const answered = new Set<number>()
   await Promise.all(
     Array.from({ length: partitions }, async (_, partition) => {
-      const user = userOnPartition("probe", partition, index, partitions)
-      try {
-        const reply = await nc.request(
-          `${prefix}.v1.${partition}.ops`,
-          JSON.stringify({ op: "get_usage", user }),
-          { timeout: timeoutMs }
-        )
-        if (reply.json<{ status?: string }>().status === "ok") answered.add(partition)
-      } catch {
-        // no responders or a timeout: not served right now
-      }
+      if (await probePartition(nc, prefix, partition, partitions, timeoutMs, index)) answered.add(partition)
     })
   )
   return answered
@@ -229,9 +244,10 @@ export const timeUntilEveryPartitionAnswers = async (
 }
 
 /**
- * Probes every partition every `intervalMs` until stopped, each round about users no process has seen
- * (so an `ok` comes only from a process that can load them, not from one answering from memory).
- * `stop` returns, per partition, the start times of the rounds it answered `ok` in.
+ * Probes each partition every `intervalMs` until stopped, each time about a user no process has seen
+ * (so an `ok` comes only from a process that can load it, not from one answering from memory). Each
+ * partition has its own loop: a probe that waits out its timeout on one partition delays no other's.
+ * `stop` returns, per partition, the send times of the probes it answered `ok`.
  */
 export const watchPartitions = (
   nc: NatsConnection,
@@ -241,18 +257,20 @@ export const watchPartitions = (
 ): { readonly stop: () => Promise<Map<number, Array<number>>> } => {
   const oks = new Map<number, Array<number>>(Array.from({ length: partitions }, (_, p) => [p, []]))
   let running = true
-  const loop = (async () => {
-    for (let round = 1; running; round += 1) {
-      const roundStarted = Date.now()
-      const answered = await probePartitions(nc, prefix, partitions, 500, round)
-      for (const partition of answered) oks.get(partition)!.push(roundStarted)
-      await sleep(Math.max(0, intervalMs - (Date.now() - roundStarted)))
-    }
-  })()
+  const loops = Promise.all(
+    Array.from({ length: partitions }, async (_, partition) => {
+      for (let round = 1; running; round += 1) {
+        const sentAt = Date.now()
+        if (await probePartition(nc, prefix, partition, partitions, 500, round))
+          oks.get(partition)!.push(sentAt)
+        await sleep(Math.max(0, intervalMs - (Date.now() - sentAt)))
+      }
+    })
+  )
   return {
     stop: async () => {
       running = false
-      await loop
+      await loops
       return oks
     }
   }

@@ -137,6 +137,8 @@ export interface NatsServerProcess {
   readonly output: () => string
   /** SIGTERM, wait for exit (SIGKILL after 5 s). Idempotent. */
   readonly stop: () => Promise<void>
+  /** SIGKILL (a node that dies), wait for exit. */
+  readonly kill: () => Promise<void>
 }
 
 const canConnect = (port: number) =>
@@ -202,7 +204,12 @@ const startOnce = async (
     }
     await delay(25)
   }
-  return { port, url: `nats://127.0.0.1:${port}`, configFile, output: () => output, stop }
+  const kill = async () => {
+    if (exitCode !== undefined) return
+    child.kill("SIGKILL")
+    await exited
+  }
+  return { port, url: `nats://127.0.0.1:${port}`, configFile, output: () => output, stop, kill }
 }
 
 /**

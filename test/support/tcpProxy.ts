@@ -1,6 +1,11 @@
 /**
- * A TCP proxy to this machine's Postgres that a test can cut and restore: an outage of the database
- * as its clients see it (connections reset, new ones refused), without stopping the shared server.
+ * A TCP proxy to a service of this machine (Postgres, NATS) that a test can break and mend, as the
+ * proxied clients see it, without touching the shared server:
+ *
+ * - reset mode (`cut`): every connection reset, new ones refused (the server died, the port closed);
+ * - silent mode (`silence`): nothing forwarded either way and nothing closed (a network partition):
+ *   bytes wait in the proxy, connections made meanwhile are accepted and get no byte (not even the
+ *   server's greeting) until `resume`, which forwards again what is still open, or `cut`.
  */
 import net from "node:net"
 
@@ -10,32 +15,61 @@ export interface TcpProxy {
   readonly cut: () => Promise<void>
   /** Accepts connections again on the same port. */
   readonly restore: () => Promise<void>
+  /** Stops forwarding bytes both ways, closing nothing (a connection made meanwhile waits, silent). */
+  readonly silence: () => void
+  /** Forwards again on every connection still open (what waited in the proxy goes through first). */
+  readonly resume: () => void
   readonly close: () => Promise<void>
 }
 
+interface Pair {
+  readonly client: net.Socket
+  upstream: net.Socket | undefined
+}
+
 export const startTcpProxy = async (targetHost: string, targetPort: number): Promise<TcpProxy> => {
-  const sockets = new Set<net.Socket>()
+  const pairs = new Set<Pair>()
+  let silent = false
+  const drop = (pair: Pair) => {
+    pair.client.destroy()
+    pair.upstream?.destroy()
+    pairs.delete(pair)
+  }
+  /** Connects the pair's upstream (once) and forwards both ways. */
+  const forward = (pair: Pair) => {
+    if (pair.upstream === undefined) {
+      const upstream = net.connect(targetPort, targetHost)
+      pair.upstream = upstream
+      upstream.on("error", () => drop(pair)).on("close", () => drop(pair))
+    }
+    pair.client.pipe(pair.upstream)
+    pair.upstream.pipe(pair.client)
+    pair.client.resume()
+    pair.upstream.resume()
+  }
+  const hold = (pair: Pair) => {
+    if (pair.upstream !== undefined) {
+      pair.client.unpipe(pair.upstream)
+      pair.upstream.unpipe(pair.client)
+      pair.upstream.pause()
+    }
+    pair.client.pause()
+  }
   const makeServer = () =>
     net.createServer((client) => {
-      const upstream = net.connect(targetPort, targetHost)
-      sockets.add(client).add(upstream)
-      const drop = () => {
-        client.destroy()
-        upstream.destroy()
-        sockets.delete(client)
-        sockets.delete(upstream)
-      }
-      client.on("error", drop).on("close", drop)
-      upstream.on("error", drop).on("close", drop)
-      client.pipe(upstream).pipe(client)
+      const pair: Pair = { client, upstream: undefined }
+      pairs.add(pair)
+      client.on("error", () => drop(pair)).on("close", () => drop(pair))
+      if (silent) client.pause()
+      else forward(pair)
     })
   let server = makeServer()
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
   const port = (server.address() as net.AddressInfo).port
   const closeServer = () =>
     new Promise<void>((resolve) => {
-      for (const socket of sockets) socket.destroy()
-      sockets.clear()
+      silent = false
+      for (const pair of [...pairs]) drop(pair)
       server.close(() => resolve())
     })
   return {
@@ -44,6 +78,14 @@ export const startTcpProxy = async (targetHost: string, targetPort: number): Pro
     restore: async () => {
       server = makeServer()
       await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve))
+    },
+    silence: () => {
+      silent = true
+      for (const pair of pairs) hold(pair)
+    },
+    resume: () => {
+      silent = false
+      for (const pair of pairs) forward(pair)
     },
     close: closeServer
   }
