@@ -165,7 +165,7 @@ export const serveLayers = (
   const server = natsServerLayer({
     ...natsServerOptions(settings, logger),
     metrics,
-    ...(ownership === undefined ? {} : { initialPartitions: [] })
+    ...(ownership === undefined ? {} : { initialPartitions: [], queueGroup: "per-process" })
   })
   return server.pipe(Layer.provideMerge(coordinator))
 }

@@ -55,10 +55,15 @@ export interface NatsServerOptions {
   /** The version discovery reports; default the package's. */
   readonly version?: string
   /**
-   * Queue group of the request subscriptions (default "q", as NATS micro). If two instances ever
-   * subscribe to one partition during a hand-over, each request still reaches only one of them.
+   * Queue group of the request subscriptions (default "q", as NATS micro). "per-process": a group of
+   * this instance's own (`q-<service id>`), as `serve` uses when scaled out: nats-server keeps a silent
+   * client's subscriptions for as long as it delivers to it (it pings only clients that are idle), and
+   * in a shared group such a subscription took its share of every request for a partition that the
+   * others had taken over (gaps of seconds after the takeover, measured by test/cluster/natsSilent).
+   * In groups of their own, each request reaches every process subscribed to its partition: the owner
+   * answers; one that no longer owns it answers `unavailable` (not decided) or, gone silent, nothing.
    */
-  readonly queueGroup?: string
+  readonly queueGroup?: string | "per-process"
   /** How long `stop` waits for requests in flight before answering them `unavailable`. */
   readonly drainMs?: number
   /** The client's ping interval (default nats.js's, 2 minutes); serve sets it from the lease. */
@@ -160,14 +165,15 @@ export const makeNatsServer = (
       Effect.promise(() => connection.close().catch(() => undefined))
     )
     const { logger, prefix, partitions } = options
-    const queueGroup = options.queueGroup ?? "q"
     const drainMs = options.drainMs ?? transportDrainMs
     const served = new Map<number, ServedPartition>()
     const { inFlight } = handler
     const version = options.version ?? packageVersion()
+    // A fresh id per instance, as nats.js services make it (a NUID).
+    const serviceId = nuid.next()
+    const queueGroup = options.queueGroup === "per-process" ? `q-${serviceId}` : (options.queueGroup ?? "q")
     const identity: ServiceIdentity = {
-      // A fresh id per instance, as nats.js services make it (a NUID).
-      id: nuid.next(),
+      id: serviceId,
       version,
       description: "Holds, usage limits and fairness slots, decided per user",
       metadata: { prefix, partitions: String(partitions), version },

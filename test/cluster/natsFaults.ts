@@ -76,8 +76,8 @@ export const openWorld = async (label: string): Promise<NatsFaultWorld> => {
   const nats = await startNatsServer(
     dir,
     (port) =>
-      // The server's pings as deploy/nats/nats-server.conf sets them: a silent client is dropped in ~4 s.
-      `listen: 127.0.0.1:${port}\nhttp: 127.0.0.1:${monitorPort}\nping_interval: "2s"\nping_max: 2\n` +
+      // The server's pings as deploy/nats/nats-server.conf sets them: a silent client is dropped in about 2-3 s.
+      `listen: 127.0.0.1:${port}\nhttp: 127.0.0.1:${monitorPort}\nping_interval: "1s"\nping_max: 2\n` +
       `jetstream { store_dir: "${join(dir, "js")}" }\n`
   )
   const database = await createTestDatabase(label)

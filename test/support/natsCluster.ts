@@ -40,8 +40,8 @@ export const clusterNodeConfig = (options: {
     `server_name: ${options.name}`,
     `listen: 127.0.0.1:${options.port}`,
     `http: 127.0.0.1:${options.monitorPort}`,
-    // As deploy/nats sets them: a client that stops answering is dropped after two pings 2 s apart.
-    'ping_interval: "2s"',
+    // As deploy/nats sets them: a client that stops answering is dropped after two pings 1 s apart.
+    'ping_interval: "1s"',
     "ping_max: 2",
     "jetstream {",
     `  store_dir: "${options.storeDir}"`,
