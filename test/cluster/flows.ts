@@ -7,9 +7,18 @@ import type pg from "pg"
 import { makeRng } from "../../bench/lib/rng.js"
 import { QuotaClient } from "../../src/client/QuotaClient.js"
 import { partitionOf } from "../../src/domain/partition.js"
+import { expect } from "vitest"
 import type { AcknowledgedWrites } from "../support/databaseChecks.js"
+import { checkDatabase } from "../support/databaseChecks.js"
 import type { LoadFailure, Member } from "./cluster.js"
-import { logEntries, meter, sleep, userOnPartition } from "./cluster.js"
+import {
+  clientOverGrants,
+  databaseAgainstClients,
+  logEntries,
+  meter,
+  sleep,
+  userOnPartition
+} from "./cluster.js"
 
 /** Slots per user (the free plan's, set with FAIRNESS_FREE_LIMIT): several workers share a user, so `busy` happens. */
 export const slotLimit = 2
@@ -405,4 +414,45 @@ export const countBy = (values: ReadonlyArray<string>): Record<string, number> =
   const counts: Record<string, number> = {}
   for (const value of values) counts[value] = (counts[value] ?? 0) + 1
   return counts
+}
+
+/**
+ * What every flow test checks once its load has stopped: the clients' wrong answers (their own flows'
+ * and the slots' and charges' against Postgres), over-grants as the clients saw them, checkDatabase,
+ * Postgres against the clients. `since` is the fault's moment, for the report.
+ */
+export const flowSafety = async (pool: pg.Pool, load: FlowLoad, since: number, partitions: number) => {
+  const database = await checkDatabase(pool, load.snapshot())
+  const overGrants = clientOverGrants(load)
+  const mismatches = await databaseAgainstClients(pool, load)
+  const slots = await slotsAndCharges(pool, load)
+  const wrongAnswers = [...load.wrongAnswers, ...slots.wrong].sort((left, right) => left.at - right.at)
+  const describeWrong = wrongAnswers
+    .slice(0, 20)
+    .map(
+      (answer) =>
+        `+${answer.at - since} ms ${answer.op} ${answer.user} (partition ${partitionOf(answer.user, partitions)}) ${answer.what}: ${answer.status}`
+    )
+    .join("\n")
+  return { database, overGrants, mismatches, slots, wrongAnswers, describeWrong }
+}
+
+export type FlowSafety = Awaited<ReturnType<typeof flowSafety>>
+
+/** The clients' wrong answers, counted by operation and status. */
+export const describeWrongCounts = (safety: FlowSafety): string =>
+  `${safety.wrongAnswers.length} ` +
+  `${JSON.stringify(countBy(safety.wrongAnswers.map((answer) => `${answer.op} ${answer.status}`)))}`
+
+export const describeViolations = (safety: FlowSafety): string =>
+  `violations: ${safety.overGrants.length} over-grants seen by clients, ${safety.database.violations.length} from ` +
+  `checkDatabase, ${safety.mismatches.length} Postgres vs clients, ${safety.slots.violations.length} slots and charges`
+
+/** No wrong answer, no over-grant, nothing in Postgres that the clients were not told, and the reverse. */
+export const expectFlowSafety = (safety: FlowSafety, summary: string): void => {
+  expect(safety.wrongAnswers, `${summary}\n${safety.describeWrong}`).toEqual([])
+  expect(safety.overGrants, summary).toEqual([])
+  expect(safety.database.violations, summary).toEqual([])
+  expect(safety.mismatches, summary).toEqual([])
+  expect(safety.slots.violations, summary).toEqual([])
 }

@@ -15,15 +15,12 @@ import type { NatsConnection } from "@nats-io/transport-node"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { defaultStreamName } from "../../src/config/eventSettings.js"
 import { partitionOf } from "../../src/domain/partition.js"
-import { checkDatabase } from "../support/databaseChecks.js"
 import type { NatsCluster, NatsClusterNode } from "../support/natsCluster.js"
 import { connectionsOf, startNatsCluster } from "../support/natsCluster.js"
 import type { TestDatabase } from "../support/processes.js"
 import { createTestDatabase, randomPrefix, stopServe } from "../support/processes.js"
 import type { Gap, Member } from "./cluster.js"
 import {
-  clientOverGrants,
-  databaseAgainstClients,
   describeFailures,
   logEntries,
   longestGaps,
@@ -36,7 +33,15 @@ import {
   watchPartitions,
   withoutDecisions
 } from "./cluster.js"
-import { FlowLoad, countBy, holdLimit, slotLimit, slotsAndCharges } from "./flows.js"
+import {
+  FlowLoad,
+  describeViolations,
+  describeWrongCounts,
+  expectFlowSafety,
+  flowSafety,
+  holdLimit,
+  slotLimit
+} from "./flows.js"
 
 const partitions = 16
 const leaseMs = 6_000
@@ -284,18 +289,7 @@ describe("cluster: a node of a three-node NATS cluster dies under load", () => {
       })
 
     // Safety.
-    const database_ = await checkDatabase(database.pool, load.snapshot())
-    const overGrants = clientOverGrants(load)
-    const mismatches = await databaseAgainstClients(database.pool, load)
-    const slots = await slotsAndCharges(database.pool, load)
-    const wrongAnswers = [...load.wrongAnswers, ...slots.wrong].sort((left, right) => left.at - right.at)
-    const describeWrong = wrongAnswers
-      .slice(0, 20)
-      .map(
-        (answer) =>
-          `+${answer.at - killedAt} ms ${answer.op} ${answer.user} (partition ${partitionOf(answer.user, partitions)}) ${answer.what}: ${answer.status}`
-      )
-      .join("\n")
+    const safety = await flowSafety(database.pool, load, killedAt, partitions)
 
     const summary =
       `nats cluster: killed ${victim.name} (SIGKILL; the events stream's leader was ${streamLeader ?? "unknown"}; ` +
@@ -316,20 +310,14 @@ describe("cluster: a node of a three-node NATS cluster dies under load", () => {
       `Load: ${load.counts.holdFlows} hold flows (${load.counts.granted} granted, ${load.counts.refused} refused), ` +
       `${load.counts.slotFlows} slot flows (${load.counts.acquired} acquired, ${load.counts.busy} busy); ` +
       `${report.retries} retries, ${load.failures.length} failed calls, longest call ${report.longestCallMs} ms; ` +
-      `${database_.checked} acknowledgements checked. Wrong answers: ${wrongAnswers.length} ` +
-      `${JSON.stringify(countBy(wrongAnswers.map((answer) => `${answer.op} ${answer.status}`)))}; violations: ` +
-      `${overGrants.length} over-grants seen by clients, ${database_.violations.length} from checkDatabase, ` +
-      `${mismatches.length} Postgres vs clients, ${slots.violations.length} slots and charges`
+      `${safety.database.checked} acknowledgements checked. Wrong answers: ${describeWrongCounts(safety)}; ` +
+      describeViolations(safety)
     console.log(summary)
-    if (wrongAnswers.length > 0) console.log(`wrong answers (first 20):\n${describeWrong}`)
+    if (safety.wrongAnswers.length > 0) console.log(`wrong answers (first 20):\n${safety.describeWrong}`)
 
     expect(moving.length).toBeGreaterThan(0)
     // Safety.
-    expect(wrongAnswers, `${summary}\n${describeWrong}`).toEqual([])
-    expect(overGrants, summary).toEqual([])
-    expect(database_.violations, summary).toEqual([])
-    expect(mismatches, summary).toEqual([])
-    expect(slots.violations, summary).toEqual([])
+    expectFlowSafety(safety, summary)
     expect(
       load.failures,
       `${summary}\n${describeFailures(load.failures, loadStarted)}\nkill at +${killedAt - loadStarted} ms\n${outputs(members)}`

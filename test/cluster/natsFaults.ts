@@ -22,7 +22,6 @@ import { connect } from "@nats-io/transport-node"
 import type { NatsConnection } from "@nats-io/transport-node"
 import { expect } from "vitest"
 import { partitionOf } from "../../src/domain/partition.js"
-import { checkDatabase } from "../support/databaseChecks.js"
 import type { NatsServerProcess } from "../support/natsServerProcess.js"
 import { freeLoopbackPort, startNatsServer } from "../support/natsServerProcess.js"
 import type { TestDatabase } from "../support/processes.js"
@@ -31,8 +30,6 @@ import type { TcpProxy } from "../support/tcpProxy.js"
 import { startTcpProxy } from "../support/tcpProxy.js"
 import type { Gap, Member } from "./cluster.js"
 import {
-  clientOverGrants,
-  databaseAgainstClients,
   describeFailures,
   logEntries,
   longestGaps,
@@ -44,7 +41,16 @@ import {
   watchPartitions,
   withoutDecisions
 } from "./cluster.js"
-import { FlowLoad, countBy, slotLimit, slotsAndCharges, staleAnswersOf } from "./flows.js"
+import {
+  FlowLoad,
+  countBy,
+  describeViolations,
+  describeWrongCounts,
+  expectFlowSafety,
+  flowSafety,
+  slotLimit,
+  staleAnswersOf
+} from "./flows.js"
 
 export type NatsFault = "reset" | "silent"
 
@@ -267,18 +273,7 @@ export const runNatsFault = async (world: NatsFaultWorld, fault: NatsFault): Pro
 
   // Safety.
   const stale = staleAnswersOf(cut, members, faultAt, partitions)
-  const database_ = await checkDatabase(database.pool, load.snapshot())
-  const overGrants = clientOverGrants(load)
-  const mismatches = await databaseAgainstClients(database.pool, load)
-  const slots = await slotsAndCharges(database.pool, load)
-  const wrongAnswers = [...load.wrongAnswers, ...slots.wrong].sort((left, right) => left.at - right.at)
-  const describeWrong = wrongAnswers
-    .slice(0, 20)
-    .map(
-      (answer) =>
-        `+${answer.at - faultAt} ms ${answer.op} ${answer.user} (partition ${partitionOf(answer.user, partitions)}) ${answer.what}: ${answer.status}`
-    )
-    .join("\n")
+  const safety = await flowSafety(database.pool, load, faultAt, partitions)
 
   const summary =
     `nats ${fault}: ${cut.owner} held partitions ${held.join(", ")}; ${fault} for ${faultMs} ms; it saw NATS ` +
@@ -300,18 +295,16 @@ export const runNatsFault = async (world: NatsFaultWorld, fault: NatsFault): Pro
     `${load.counts.slotFlows} slot flows (${load.counts.acquired} acquired, ${load.counts.busy} busy); ` +
     `calls sent in the 5 s after the fault: ${JSON.stringify(load.sentBetween(faultAt, faultAt + 5_000))}; ` +
     `${report.retries} retries, ${load.failures.length} failed calls, longest call ${report.longestCallMs} ms; ` +
-    `${database_.checked} acknowledgements checked. Wrong answers seen by clients: ${wrongAnswers.length} ` +
-    `${JSON.stringify(countBy(wrongAnswers.map((answer) => `${answer.op} ${answer.status}`)))}; ` +
+    `${safety.database.checked} acknowledgements checked. Wrong answers seen by clients: ${describeWrongCounts(safety)}; ` +
     `answers of the cut process from stale memory (its log): ${stale.length} ` +
     `${JSON.stringify(countBy(stale.map((answer) => `${answer.op} ${answer.status}`)))}; ` +
-    `violations: ${overGrants.length} over-grants seen by clients, ${database_.violations.length} from ` +
-    `checkDatabase, ${mismatches.length} Postgres vs clients, ${slots.violations.length} slots and charges`
+    describeViolations(safety)
   console.log(summary)
   console.log(
     `nats ${fault}: the server's view of ${cut.owner}'s connection (cid ${cutConnection?.cid ?? "not found"}) ` +
       `and of the partitions it held, ms after the fault:\n${serverView.join("\n")}`
   )
-  if (wrongAnswers.length > 0) console.log(`wrong answers (first 20):\n${describeWrong}`)
+  if (safety.wrongAnswers.length > 0) console.log(`wrong answers (first 20):\n${safety.describeWrong}`)
   // What the cut process logged of its life from the fault to 5 s after the mend (decisions left out).
   console.log(
     `${cut.owner} from the fault on:\n` +
@@ -336,12 +329,8 @@ export const runNatsFault = async (world: NatsFaultWorld, fault: NatsFault): Pro
     )
 
   // Safety first.
-  expect(wrongAnswers, `${summary}\n${describeWrong}`).toEqual([])
+  expectFlowSafety(safety, summary)
   expect(stale, summary).toEqual([])
-  expect(overGrants, summary).toEqual([])
-  expect(database_.violations, summary).toEqual([])
-  expect(mismatches, summary).toEqual([])
-  expect(slots.violations, summary).toEqual([])
   expect(
     load.failures,
     `${summary}\n${describeFailures(load.failures, loadStarted)}\nfault at +${faultAt - loadStarted} ms\n${outputs(members)}`

@@ -27,16 +27,22 @@ import { connect } from "@nats-io/transport-node"
 import type { NatsConnection } from "@nats-io/transport-node"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { partitionOf } from "../../src/domain/partition.js"
-import { checkDatabase } from "../support/databaseChecks.js"
 import type { TestDatabase } from "../support/processes.js"
 import { createTestDatabase, randomPrefix, stopServe } from "../support/processes.js"
 import type { TcpProxy } from "../support/tcpProxy.js"
 import { startTcpProxy } from "../support/tcpProxy.js"
 import type { Gap, Member } from "./cluster.js"
-import { FlowLoad, countBy, slotLimit, slotsAndCharges, staleAnswersOf } from "./flows.js"
 import {
-  clientOverGrants,
-  databaseAgainstClients,
+  FlowLoad,
+  countBy,
+  describeViolations,
+  describeWrongCounts,
+  expectFlowSafety,
+  flowSafety,
+  slotLimit,
+  staleAnswersOf
+} from "./flows.js"
+import {
   describeFailures,
   logEntries,
   longestGaps,
@@ -173,19 +179,7 @@ describe("cluster: one process's Postgres connections reset under load", () => {
 
     // Safety.
     const stale = staleAnswersOf(cut, members, cutAt, partitions)
-    const database_ = await checkDatabase(database.pool, load.snapshot())
-    const overGrants = clientOverGrants(load)
-    const mismatches = await databaseAgainstClients(database.pool, load)
-    const slots = await slotsAndCharges(database.pool, load)
-    const wrongAnswers = [...load.wrongAnswers, ...slots.wrong].sort((left, right) => left.at - right.at)
-
-    const describeWrong = wrongAnswers
-      .slice(0, 20)
-      .map(
-        (answer) =>
-          `+${answer.at - cutAt} ms ${answer.op} ${answer.user} (partition ${partitionOf(answer.user, partitions)}) ${answer.what}: ${answer.status}`
-      )
-      .join("\n")
+    const safety = await flowSafety(database.pool, load, cutAt, partitions)
     const summary =
       `postgres reset: ${cut.owner} held partitions ${held.join(", ")}; cut ${cutMs} ms; ` +
       (takenAfterMs === undefined
@@ -203,14 +197,12 @@ describe("cluster: one process's Postgres connections reset under load", () => {
       `${load.counts.slotFlows} slot flows (${load.counts.acquired} acquired, ${load.counts.busy} busy); ` +
       `calls sent in the 5 s after the cut: ${JSON.stringify(load.sentBetween(cutAt, cutAt + 5_000))}; ` +
       `${report.retries} retries, ${load.failures.length} failed calls, longest call ${report.longestCallMs} ms; ` +
-      `${database_.checked} acknowledgements checked. Wrong answers seen by clients: ${wrongAnswers.length} ` +
-      `${JSON.stringify(countBy(wrongAnswers.map((answer) => `${answer.op} ${answer.status}`)))}; ` +
+      `${safety.database.checked} acknowledgements checked. Wrong answers seen by clients: ${describeWrongCounts(safety)}; ` +
       `answers of the cut process from stale memory (its log): ${stale.length} ` +
       `${JSON.stringify(countBy(stale.map((answer) => `${answer.op} ${answer.status}`)))}; ` +
-      `violations: ${overGrants.length} over-grants seen by clients, ${database_.violations.length} from ` +
-      `checkDatabase, ${mismatches.length} Postgres vs clients, ${slots.violations.length} slots and charges`
+      describeViolations(safety)
     console.log(summary)
-    if (wrongAnswers.length > 0) console.log(`wrong answers (first 20):\n${describeWrong}`)
+    if (safety.wrongAnswers.length > 0) console.log(`wrong answers (first 20):\n${safety.describeWrong}`)
     if (stale.length > 0)
       console.log(
         `stale answers of ${cut.owner} (first 20):\n` +
@@ -224,12 +216,8 @@ describe("cluster: one process's Postgres connections reset under load", () => {
       )
 
     // Safety first.
-    expect(wrongAnswers, `${summary}\n${describeWrong}`).toEqual([])
+    expectFlowSafety(safety, summary)
     expect(stale, summary).toEqual([])
-    expect(overGrants, summary).toEqual([])
-    expect(database_.violations, summary).toEqual([])
-    expect(mismatches, summary).toEqual([])
-    expect(slots.violations, summary).toEqual([])
     expect(
       load.failures,
       `${summary}\n${describeFailures(load.failures, loadStarted)}\ncut at +${cutAt - loadStarted} ms\n${outputs(members)}`
