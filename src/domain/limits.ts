@@ -142,6 +142,12 @@ export const transportDrainMs = 30_000
 export const subscriptionDrainWaitMs = 1_000
 
 /**
+ * How long serving a partition waits for the NATS server to confirm its subscriptions (a flush). Past
+ * it the serve fails: the claim is stepped down from and released, and claimed again by a later round.
+ */
+export const subscribeFlushWaitMs = 2_000
+
+/**
  * How long the Postgres store waits for a connection from its pool. Past it the load or commit fails
  * with `StoreUnavailable`: its callers answer `unavailable` instead of hanging on a dead server.
  */

@@ -17,6 +17,7 @@ import {
   messageBytesMax,
   natsPingIntervalMsMin,
   natsPingsOutstandingMax,
+  subscribeFlushWaitMs,
   subscriptionDrainWaitMs,
   transportDrainMs
 } from "../domain/limits.js"
@@ -269,12 +270,26 @@ export const makeNatsServer = (
           })
           served.set(partition, { subscriptions, endpoints: partitionEndpoints })
         }
-        // One round trip: once the server answers the flush's PING it has every SUB before it.
+        // One round trip: once the server answers the flush's PING it has every SUB before it. Bounded:
+        // a connection gone silent answers nothing until the client's pings give it up, and the
+        // ownership round waiting here could not give this process's partitions up meanwhile (a
+        // serve that fails is undone and its claim released).
         yield* Effect.tryPromise({
           try: () => nc.flush(),
           catch: (cause) =>
             new NatsSubscribeFailed({ subject: `${prefix}.v1.*`, reason: reasonOf(cause), cause })
-        })
+        }).pipe(
+          Effect.timeoutOrElse({
+            duration: subscribeFlushWaitMs,
+            orElse: () =>
+              Effect.fail(
+                new NatsSubscribeFailed({
+                  subject: `${prefix}.v1.*`,
+                  reason: `the server did not confirm the subscriptions within ${subscribeFlushWaitMs} ms`
+                })
+              )
+          })
+        )
         if (fresh.length > 0) logger.info({ partitions: fresh }, "serving partitions")
       })
 
