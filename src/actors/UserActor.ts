@@ -24,8 +24,8 @@ import { unavailable } from "../domain/results.js"
 import type { UserState } from "../domain/state.js"
 import {
   idsToRecall,
-  periodFloorToStore,
   nextDeadline,
+  periodFloorToStore,
   planOf,
   rememberRecalled,
   userStateFromStored
@@ -255,13 +255,13 @@ const decideGroup = (
   ctx: DecideContext,
   settings: ActorSettings,
   group: Group,
-  turnEndsAt: number
+  decideUntil: number
 ): number => {
   const options = { assertFull: settings.assertFull }
   let decided = 0
   for (const envelope of envelopes) {
     // Past the turn (after at least one decision): the rest wait for the next group.
-    if (decided > 0 && performance.now() >= turnEndsAt) break
+    if (decided > 0 && performance.now() >= decideUntil) break
     decided += 1
     const { command } = envelope
     const wakeupsBefore = group.wakeups.length
@@ -314,10 +314,10 @@ const decideOrReport = (
   ctx: DecideContext,
   settings: ActorSettings,
   group: Group,
-  turnEndsAt: number
+  decideUntil: number
 ): number | undefined => {
   try {
-    return decideGroup(actor, state, envelopes, ctx, settings, group, turnEndsAt)
+    return decideGroup(actor, state, envelopes, ctx, settings, group, decideUntil)
   } catch (cause) {
     settings.onError(actor.user, "decision crashed (invariant violation or bug)", cause)
     return undefined

@@ -20,7 +20,8 @@
  * recording order the stream holds for it: read from the stream when it starts (the last message on
  * the partition's subjects: a partition's events are published in recording order, each acknowledged
  * before the next), then advanced with every acknowledgement. Rows at or below it are removed without
- * being published again.
+ * being published again. That holds only because a partition's rows commit in seq order: each write
+ * that records events locks its partitions' outboxes first (writeEvents.ts, outboxLockNamespace).
  */
 import { Deferred, Duration, Effect, Exit, FiberMap } from "effect"
 import type { Scope } from "effect"
