@@ -226,7 +226,9 @@ const runTables = async (schema: string, groups: ReadonlyArray<Group>): Promise<
   const statements = writeStatements(schema)
   const fence: Fence = { owner, epochOf: () => epoch, superseded: () => {} }
   const run = await measure("tables", backendPids, () =>
-    runWriters(groups, (group) => writeGroup(pool, statements, group.events, partitions, fence, true))
+    runWriters(groups, (group) =>
+      writeGroup(pool, statements, [{ events: group.events, epoch }], partitions, fence, true)
+    )
   )
   await expectRows(schema, run.written)
   await pool.end()

@@ -88,8 +88,11 @@ export interface CoordinatorOptions {
   readonly onPersisted?: (events: ReadonlyArray<StoreEvent>) => void
   /** The deployment's partition count; needed by dropPartitions. Default partitionsDefault. */
   readonly partitions?: number
-  /** Scaled out: whether this process may decide for the user now (see ActorSettings.servable). */
-  readonly servable?: (user: string) => boolean
+  /**
+   * Scaled out: the epoch under which this process may decide for the user now, undefined when it may
+   * not (see ActorSettings.servingEpoch). Default: always, under one epoch.
+   */
+  readonly servingEpoch?: (user: string) => number | undefined
   /** Partitions this process owns, for the orphan sweep; undefined sweeps every user (one process). */
   readonly ownedPartitions?: () => ReadonlyArray<number> | undefined
 }
@@ -164,7 +167,7 @@ export const makeCoordinator = (
       random: () => random.nextDoubleUnsafe(),
       decisionsPerWriteMax: options.decisionsPerWriteMax ?? actorDecisionsPerWriteMax,
       scheduleDeadline,
-      servable: options.servable ?? (() => true),
+      servingEpoch: options.servingEpoch ?? (() => 0),
       assertFull: options.assertFull ?? false,
       onError: options.onError ?? (() => {}),
       metrics,

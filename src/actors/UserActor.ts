@@ -71,11 +71,14 @@ export interface ActorSettings {
   /** Called with each group's events once the store confirmed them (logs of expiries, metrics). */
   readonly onPersisted: (events: ReadonlyArray<StoreEvent>) => void
   /**
-   * Whether this process may decide for the user now (scaled out: it holds the partition and its
-   * lease has not run out locally). When not, commands are answered `unavailable`, undecided: the
-   * actor's memory may be stale, and the partition's owner is elsewhere or about to be.
+   * The epoch under which this process may decide for the user now (scaled out: it holds the partition
+   * under that epoch and its lease has not run out locally), or undefined when it may not. An actor
+   * records it before it loads and decides only while it is the same, writing under it: memory loaded
+   * under one claim never decides, nor writes, under another (the partition may have changed hands in
+   * between). Otherwise commands are answered `unavailable`, undecided, and the next command reloads.
+   * One process serving everything: a constant.
    */
-  readonly servable: (user: string) => boolean
+  readonly servingEpoch: (user: string) => number | undefined
   /** Asks for a `tick` at `deadline` (null: nothing due); a later call replaces the earlier one. */
   readonly scheduleDeadline: (actor: UserActor, deadline: number | null) => void
   /**
@@ -98,6 +101,8 @@ export interface UserActor extends RecencyLinks<UserActor> {
   running: Fiber.Fiber<void> | undefined
   /** Loaded on the fiber's first run; undefined until then and after a failed write (reloaded). */
   state: UserState | undefined
+  /** The serving epoch recorded before `state` was loaded (see ActorSettings.servingEpoch). */
+  epoch: number | undefined
   /**
    * The `acquire_slot` request waiting in the user's FIFO queue, by job (made on first use): one per
    * job, as the domain queues one waiter per job (a repeat wakes the earlier request `busy`).
@@ -125,6 +130,7 @@ export const makeUserActor = (user: string, lastActiveAt: number): UserActor => 
   busy: false,
   running: undefined,
   state: undefined,
+  epoch: undefined,
   parked: undefined,
   closed: false,
   closeRequested: false,
@@ -218,8 +224,16 @@ export const endWaits = (
   }
 }
 
+/**
+ * Loads the user's state into the actor, under the serving epoch read before the load (so the load
+ * reads after that epoch's claim). None when the user is not servable here (nothing is read: it could
+ * only be answered `unavailable`) or the load failed.
+ */
 const load = (actor: UserActor, settings: ActorSettings): Effect.Effect<Option.Option<UserState>> =>
   Effect.gen(function* () {
+    actor.state = undefined
+    const epoch = settings.servingEpoch(actor.user)
+    if (epoch === undefined) return Option.none()
     const loaded = yield* Effect.exit(settings.store.load(actor.user, settings.now()))
     if (Exit.isFailure(loaded)) {
       settings.onError(actor.user, "load failed", Cause.squash(loaded.cause))
@@ -227,8 +241,18 @@ const load = (actor: UserActor, settings: ActorSettings): Effect.Effect<Option.O
     }
     const state = userStateFromStored(actor.user, loaded.value)
     assertUserState(state)
+    actor.state = state
+    actor.epoch = epoch
     return Option.some(state)
   })
+
+/**
+ * Whether the actor may decide from its memory now: the user is servable here under the epoch its
+ * memory was loaded under. Checked after every yield before a decision (a load, a recall, the turn's
+ * yield): the partition may have been lost, or lost and claimed again, meanwhile.
+ */
+const decidesHere = (actor: UserActor, settings: ActorSettings): boolean =>
+  actor.epoch !== undefined && settings.servingEpoch(actor.user) === actor.epoch
 
 interface Group {
   readonly events: Array<StoreEvent>
@@ -365,12 +389,9 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
   Effect.gen(function* () {
     let state = actor.state
     if (state === undefined) {
-      // Whatever it would load could only be answered `unavailable`: spare the store the read.
-      if (!settings.servable(actor.user)) return closeActor(actor, settings)
       const loaded = yield* load(actor, settings)
       if (Option.isNone(loaded)) return closeActor(actor, settings)
       state = loaded.value
-      actor.state = state
       settings.scheduleDeadline(actor, nextDeadline(state))
     }
 
@@ -388,16 +409,21 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
       // same turn): give it back before deciding more.
       if (performance.now() >= turnEndsAt()) yield* Effect.yieldNow
       let envelopes = actor.mailbox.splice(0, settings.decisionsPerWriteMax)
-      // Not servable: the owner is elsewhere, or this process has not renewed in time. Its memory may be
-      // stale, so nothing is decided from it: this group, the queue and the parked waiters (whose
-      // place in the queue was memory only) are answered `unavailable`, and the next command reloads.
-      if (!settings.servable(actor.user)) return closeActor(actor, settings, envelopes)
+      // Not servable under the epoch its memory was loaded under: the owner is elsewhere, this process
+      // has not renewed in time, or it lost the partition and claimed it again since the load. Its
+      // memory may be stale, so nothing is decided from it: this group, the queue and the parked
+      // waiters (whose place in the queue was memory only) are answered `unavailable`, and the next
+      // command reloads.
+      if (!decidesHere(actor, settings)) return closeActor(actor, settings, envelopes)
       // Ids memory no longer holds (a capped load, the cap) are asked of the store first: the retry
       // window holds through the store, not only through what this actor happens to remember.
       if (!(yield* recallForgottenIds(actor, state, envelopes, settings))) {
         answerAll(envelopes, unavailable, settings, actor.user)
         continue
       }
+      // The recall yielded to the store: the partition may have been lost meanwhile, and a group that
+      // writes nothing would be answered from memory with no fence to stop it.
+      if (!decidesHere(actor, settings)) return closeActor(actor, settings, envelopes)
       const decidedAt = settings.now()
       const ctx: DecideContext = { config: settings.config, now: decidedAt, random: settings.random }
       const decided = newGroup()
@@ -418,7 +444,7 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
       if (!decidedWell) confirmed = undefined
       else if (decided.events.length === 0) confirmed = decided
       else {
-        const written = yield* Effect.exit(settings.store.write(decided.events))
+        const written = yield* Effect.exit(settings.store.write(decided.events, actor.epoch))
         if (Exit.isSuccess(written)) {
           confirmed = decided
           settings.onPersisted(confirmed.events)
@@ -428,12 +454,10 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
       if (confirmed === undefined) {
         // Nothing of this group is confirmed: answer it all `unavailable` and start again from the store.
         answerHeld(actor, heldBy(decided, envelopes), settings)
-        actor.state = undefined
         actor.inFlight = noEnvelopes
         const reloaded = yield* load(actor, settings)
         if (Option.isNone(reloaded)) return closeActor(actor, settings)
         state = reloaded.value
-        actor.state = state
       } else {
         for (const [envelope, result] of confirmed.replies) {
           if (result.status === "busy") settings.metrics.slotBusy(planOf(settings.config, state))

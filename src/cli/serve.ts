@@ -120,7 +120,7 @@ export const coordinatorLayerFor = (
       ? {}
       : {
           ownedPartitions: () => [...ownership.epochs.keys()],
-          servable: (user: string) => ownership.servable(partitionOf(user, partitions))
+          servingEpoch: (user: string) => ownership.servingEpoch(partitionOf(user, partitions))
         }),
     onError: (user, message, cause) => logger.error({ user, err: cause }, message),
     onClockStepBack: (latestMs, readMs) =>

@@ -49,9 +49,21 @@ export interface OwnershipState {
   transportDownSince: number | undefined
   /** Partitions a write found superseded: stepped down from at once (the round is woken). */
   readonly superseded: Set<number>
+  /**
+   * Partitions whose step-down is still running (the transport waits for their requests in flight,
+   * then their actors are dropped), with how many step-downs of each run. Not claimed until it ends: a
+   * claim must never meet memory or queued writes from before it.
+   */
+  readonly steppingDown: Map<number, number>
   readonly fence: Fence
   /** Whether this process may decide for `partition` now. */
   readonly servable: (partition: number) => boolean
+  /**
+   * The epoch under which this process may decide for `partition` now, or undefined when it may not
+   * (servable false). An actor records it before it loads and decides only while it is still the same
+   * (src/actors/UserActor.ts): memory loaded under an earlier claim is never used under a later one.
+   */
+  readonly servingEpoch: (partition: number) => number | undefined
   /** Wakes the ownership loop for an immediate round (set by runOwnership). */
   wake: () => void
   /** Set by leaveOwnership: the loop claims nothing more and ends after the round in flight. */
@@ -90,16 +102,19 @@ export const makeOwnershipState = (owner: string = makeOwnerId()): OwnershipStat
   const epochs = new Map<number, number>()
   const servableUntil = new Map<number, ServableUntil>()
   const superseded = new Set<number>()
+  const servable = (partition: number): boolean => {
+    if (!state.memberLockHeld || !epochs.has(partition)) return false
+    const until = servableUntil.get(partition)
+    return until !== undefined && performance.now() < until.monotonicMs && Date.now() < until.wallMs
+  }
   const state: OwnershipState = {
     owner,
     epochs,
     servableUntil,
     superseded,
-    servable: (partition) => {
-      if (!state.memberLockHeld || !epochs.has(partition)) return false
-      const until = servableUntil.get(partition)
-      return until !== undefined && performance.now() < until.monotonicMs && Date.now() < until.wallMs
-    },
+    steppingDown: new Map(),
+    servable,
+    servingEpoch: (partition) => (servable(partition) ? epochs.get(partition) : undefined),
     memberLockHeld: true,
     memberLockLosses: 0,
     transportDownSince: undefined,
@@ -181,16 +196,39 @@ export const preferenceOf = (owner: string, partition: number): number => {
   return (hash ^ (hash >>> 16)) >>> 0
 }
 
-const stepDown = (options: OwnershipOptions, partitions: ReadonlyArray<number>, reason: string) =>
-  Effect.gen(function* () {
-    if (partitions.length === 0) return
-    for (const partition of partitions) {
-      options.state.epochs.delete(partition)
-      options.state.servableUntil.delete(partition)
-    }
-    yield* options.stop(partitions)
-    options.log("stepped down from partitions", { partitions, reason })
-  })
+/**
+ * Stops serving `partitions` (their answers at once; subscriptions, requests in flight and actors as
+ * `stop` goes). Until `stop` has ended they are in `steppingDown`, which no claim takes: the step-down
+ * after a member-lock loss runs in a fiber of its own, and a round claiming meanwhile would otherwise
+ * meet actors still resident from before the loss. Its end wakes the loop to claim again. The
+ * bookkeeping is done when called, not when the returned effect runs (memberLockLost forks it).
+ */
+const stepDown = (
+  options: OwnershipOptions,
+  partitions: ReadonlyArray<number>,
+  reason: string
+): Effect.Effect<void> => {
+  if (partitions.length === 0) return Effect.void
+  const { state } = options
+  for (const partition of partitions) {
+    state.epochs.delete(partition)
+    state.servableUntil.delete(partition)
+    state.steppingDown.set(partition, (state.steppingDown.get(partition) ?? 0) + 1)
+  }
+  return options.stop(partitions).pipe(
+    Effect.andThen(Effect.sync(() => options.log("stepped down from partitions", { partitions, reason }))),
+    Effect.ensuring(
+      Effect.sync(() => {
+        for (const partition of partitions) {
+          const running = (state.steppingDown.get(partition) ?? 1) - 1
+          if (running > 0) state.steppingDown.set(partition, running)
+          else state.steppingDown.delete(partition)
+        }
+        state.wake()
+      })
+    )
+  )
+}
 
 /** Whether the transport has been unreachable for longer than the grace. */
 const transportAway = (options: OwnershipOptions): boolean => {
@@ -280,13 +318,19 @@ export const ownershipRound = (options: OwnershipOptions) =>
     // Leaving: a claim now would hold a lease that nobody renews or serves. Without the member lock the
     // others take this process for dead and may claim whatever it holds at any moment.
     if (state.leaving || !state.memberLockHeld) return
-    // A partition a write found superseded during this round is not claimed until a round has stepped
-    // down from it: a fresh epoch over its actors still resident would let their stale memory decide,
-    // and write, under the new epoch. The fence woke the loop, so that round comes next.
+    // A partition not yet stepped down from is not claimed: a fresh epoch over its actors still
+    // resident would meet their memory from before it. Either a write found it superseded during this
+    // round (the fence woke the loop, so the round that steps down comes next) or a step-down still runs
+    // (after a member-lock loss: its end wakes the loop).
     const short = count - state.epochs.size
     if (short <= 0) return
     const wanted = Array.from({ length: options.partitions }, (_, partition) => partition)
-      .filter((partition) => !state.epochs.has(partition) && !state.superseded.has(partition))
+      .filter(
+        (partition) =>
+          !state.epochs.has(partition) &&
+          !state.superseded.has(partition) &&
+          !state.steppingDown.has(partition)
+      )
       .sort((left, right) => byPreference(right, left))
     const claimSentAt = sentNow()
     const lossesBefore = state.memberLockLosses

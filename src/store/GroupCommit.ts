@@ -20,8 +20,10 @@ import type { Scope } from "effect"
 export interface GroupCommitOptions<A, E> {
   /** Makes one group durable, atomically; items in submission order. */
   readonly commit: (items: ReadonlyArray<A>) => Effect.Effect<void, E>
-  /** Items per group; the rest wait for the next commit (see storeEventsPerCommitMax). */
+  /** Items per group, as `sizeOf` counts them; the rest wait for the next commit (see storeEventsPerCommitMax). */
   readonly itemsPerCommitMax: number
+  /** What one item counts for against itemsPerCommitMax and in the stats (default 1). */
+  readonly sizeOf?: (item: A) => number
   /** What a waiter gets when the writer has stopped before its group was written. */
   readonly closed: () => E
   /**
@@ -56,6 +58,8 @@ export interface GroupCommit<A, E> {
 
 interface Submission<A, E> {
   readonly items: ReadonlyArray<A>
+  /** Its items' sizes summed (see sizeOf). */
+  readonly size: number
   readonly done: (exit: Exit.Exit<void, E>) => void
 }
 
@@ -64,7 +68,7 @@ const takeGroup = <A, E>(pending: Array<Submission<A, E>>, cap: number): Array<S
   let items = 0
   let count = 0
   while (count < pending.length) {
-    const size = pending[count]!.items.length
+    const size = pending[count]!.size
     if (count > 0 && items + size > cap) break
     items += size
     count += 1
@@ -112,7 +116,9 @@ export const makeGroupCommit = <A, E>(
     const commitGroup = (group: ReadonlyArray<Submission<A, E>>): Effect.Effect<void> =>
       Effect.suspend(() => {
         const items = group.length === 1 ? group[0]!.items : group.flatMap((submission) => submission.items)
-        counters.largestCommitItems = Math.max(counters.largestCommitItems, items.length)
+        let size = 0
+        for (const submission of group) size += submission.size
+        counters.largestCommitItems = Math.max(counters.largestCommitItems, size)
         let answered = 0
         const answerAll = (outcome: Exit.Exit<void, E>) =>
           Effect.sync(() => {
@@ -152,14 +158,23 @@ export const makeGroupCommit = <A, E>(
       }
     }
 
+    const sizeOf = options.sizeOf
+    const sizeOfAll = (items: ReadonlyArray<A>): number => {
+      if (sizeOf === undefined) return items.length
+      let size = 0
+      for (const item of items) size += sizeOf(item)
+      return size
+    }
+
     const submit = (items: ReadonlyArray<A>): Effect.Effect<void, E> =>
       items.length === 0
         ? Effect.void
         : Effect.callback<void, E>((resume) => {
             if (!open) return resume(Effect.fail(options.closed()))
+            const size = sizeOfAll(items)
             counters.submissions += 1
-            counters.items += items.length
-            const submission: Submission<A, E> = { items, done: resume }
+            counters.items += size
+            const submission: Submission<A, E> = { items, size, done: resume }
             pending.push(submission)
             if (!startScheduled && committing.length < writersMax) {
               startScheduled = true

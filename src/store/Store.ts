@@ -25,8 +25,14 @@ export interface StoreShape {
     ids: { readonly holds: ReadonlyArray<string>; readonly adjustments: ReadonlyArray<string> },
     now: number
   ) => Effect.Effect<RecalledIds, StoreUnavailable>
-  /** Makes `events` durable, applied in order. Succeeds only after the commit. */
-  readonly write: (events: ReadonlyArray<StoreEvent>) => Effect.Effect<void, StoreUnavailable>
+  /**
+   * Makes `events` durable, applied in order. Succeeds only after the commit. `epoch` (scaled out): the
+   * epoch of the events' partition under which the writer loaded the memory it decided them from. The
+   * write is fenced with that epoch, not with the one held when its group starts: a write queued before
+   * the partition was lost fails rather than land under a later claim. Absent: the epochs held when the
+   * group starts (a write decided from no memory).
+   */
+  readonly write: (events: ReadonlyArray<StoreEvent>, epoch?: number) => Effect.Effect<void, StoreUnavailable>
   /**
    * Users with a pending hold or a slot lease due at or before `now`, at most `limit` of them (the
    * orphan sweep); only of `partitions` when given (a process sweeps the partitions it owns).

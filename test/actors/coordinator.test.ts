@@ -221,7 +221,7 @@ describe("Coordinator: waiters when a partition stops being served", () => {
         const result = yield* coordinator.submit({ op: "get_usage", user })
         return { result, resident: coordinator.residentActors() }
       }),
-      { servable: () => false }
+      { servingEpoch: () => undefined }
     )
     expect(outcome).toEqual({ result: { status: "unavailable" }, resident: 0 })
     expect(loads).toEqual([])
@@ -247,7 +247,7 @@ describe("Coordinator: waiters when a partition stops being served", () => {
         answers.push(`resident ${coordinator.residentActors()}`)
         return answers
       }),
-      { servable: () => servable }
+      { servingEpoch: () => (servable ? 0 : undefined) }
     )
     expect(answers).toEqual(["j2 unavailable", "resident 0"])
   })

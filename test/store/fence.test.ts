@@ -1,7 +1,8 @@
 /**
  * Fencing by epoch: a write succeeds only while this process's epochs are the partitions' current
  * ones, checked in the write's own transaction; a superseded process fails and is told which partitions
- * it lost. Both the pipelined and the one-statement-at-a-time paths.
+ * it lost. A write is fenced with the epoch it was decided under (issue 26, item 2). Both the pipelined
+ * and the one-statement-at-a-time paths.
  */
 import { Effect, Result } from "effect"
 import pg from "pg"
@@ -84,6 +85,38 @@ describe.each([false, true])("fenced writes (pipelined: %s)", (pipelined) => {
     expect(sample(counted, "quota_fenced_writes_total")).toBe(2)
     expect(sample(counted, "quota_store_commit_duration_seconds_count")).toBe(3)
     expect(sample(counted, "quota_store_commits_failed_total")).toBe(2)
+    await opened.close()
+    await pool.end()
+  })
+
+  it("fences a write with the epoch it was decided under, not the one held when its group starts", async () => {
+    const schema = database.freshSchema(pipelined ? "decided_piped" : "decided_plain")
+    const pool = new pg.Pool({ connectionString: database.connectionString, max: 2, pipeline: pipelined })
+    pool.on("error", () => {})
+    await Effect.runPromise(migrate(pool, schema))
+    const user = `decided-user-${pipelined}`
+    const partition = partitionOf(user, partitions)
+    // Lost and claimed again: this process holds the partition under epoch 3 now, in the table too.
+    await pool.query(
+      `insert into "${schema}".partition_owners (partition, owner, epoch, lease_expires_at) values ($1, 'me', 3, 0)`,
+      [partition]
+    )
+    const lost: Array<FencedEpoch> = []
+    const fence: Fence = {
+      owner: "me",
+      epochOf: (candidate) => (candidate === partition ? 3 : undefined),
+      superseded: (partitionsLost) => lost.push(...partitionsLost)
+    }
+    const opened = await acquireScoped(makePostgresStore({ pool, schema, partitions, fence, pipelined }))
+    const write = (id: string, epoch: number) =>
+      Effect.runPromise(Effect.result(opened.value.write([holdEvent(user, id)], epoch)))
+    // Decided from memory loaded under epoch 1 (a write queued before the loss): refused before sending.
+    expect(Result.isFailure(await write("queued-before-loss", 1))).toBe(true)
+    expect(Result.isSuccess(await write("decided-now", 3))).toBe(true)
+    const rows = await pool.query(`select id from "${schema}".holds order by id`)
+    expect(rows.rows.map((row) => row.id)).toEqual(["decided-now"])
+    // A stale write says nothing of the current epoch: the partition is not stepped down from.
+    expect(lost).toEqual([])
     await opened.close()
     await pool.end()
   })

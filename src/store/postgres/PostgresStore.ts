@@ -45,6 +45,7 @@ import {
   writeGroup,
   writeStatements
 } from "./writeEvents.js"
+import type { FencedWrite } from "./writeEvents.js"
 
 /** The schema when configuration names none. */
 export const defaultSchema = "quota"
@@ -89,6 +90,12 @@ export interface PostgresStoreOptions {
 const failedBecauseOfOneSubmission = (error: StoreUnavailable): boolean =>
   error.cause instanceof PartitionsFenced ||
   (error.cause instanceof pg.DatabaseError && (error.cause.code ?? "").startsWith("23"))
+
+const eventsIn = (writes: ReadonlyArray<FencedWrite>): number => {
+  let count = 0
+  for (const write of writes) count += write.events.length
+  return count
+}
 
 /** Events a write records, per partition (empty for nearly every write). */
 const eventsByPartition = (events: ReadonlyArray<StoreEvent>, partitions: number): Map<number, number> => {
@@ -209,31 +216,32 @@ export const makePostgresStore = (
 
     const metrics = options.metrics ?? noMetrics
     const doubts = makeOutcomeDoubts(pool, options.settleUnknownOutcomes ?? options.pipelined ?? false)
-    const commitGroup = (events: ReadonlyArray<StoreEvent>) =>
+    const commitGroup = (writes: ReadonlyArray<FencedWrite>) =>
       Effect.tryPromise({
         try: () =>
-          writeGroup(pool, statements, events, partitions, options.fence, options.pipelined ?? false),
+          writeGroup(pool, statements, writes, partitions, options.fence, options.pipelined ?? false),
         catch: (cause) => {
           if (cause instanceof PartitionsFenced) metrics.writeFenced()
           // Recorded before any waiter hears of the failure: the reloads it causes wait for the outcome.
           if (cause instanceof WriteOutcomeUnknown) doubts.add(cause.backend)
-          return storeUnavailable(`commit ${events.length} events`)(cause)
+          return storeUnavailable(`commit ${eventsIn(writes)} events`)(cause)
         }
       })
-    const groupCommit = yield* makeGroupCommit<StoreEvent, StoreUnavailable>({
+    const groupCommit = yield* makeGroupCommit<FencedWrite, StoreUnavailable>({
       commit:
         metrics === noMetrics
           ? commitGroup
-          : (events) =>
+          : (writes) =>
               Effect.suspend(() => {
                 const startedAt = performance.now()
-                return Effect.onExit(commitGroup(events), (exit) =>
+                return Effect.onExit(commitGroup(writes), (exit) =>
                   Effect.sync(() =>
                     metrics.storeCommitted((performance.now() - startedAt) / 1_000, Exit.isSuccess(exit))
                   )
                 )
               }),
       itemsPerCommitMax: options.eventsPerCommitMax ?? storeEventsPerCommitMax,
+      sizeOf: (write) => write.events.length,
       isolate: failedBecauseOfOneSubmission,
       writersMax: options.writersMax ?? storeWritersMax,
       closed: () => new StoreUnavailable({ reason: "the store is shutting down" })
@@ -260,16 +268,22 @@ export const makePostgresStore = (
 
     const { outboxCounts } = options
     const recordEvents = options.recordEvents ?? true
-    const write = (events: ReadonlyArray<StoreEvent>): Effect.Effect<void, StoreUnavailable> => {
+    /** One submission: a group never splits it, so the write is all or nothing (see GroupCommit). */
+    const submit = (events: ReadonlyArray<StoreEvent>, epoch: number | undefined) =>
+      events.length === 0 ? Effect.void : groupCommit.submit([{ events, epoch }])
+    const write = (
+      events: ReadonlyArray<StoreEvent>,
+      epoch?: number
+    ): Effect.Effect<void, StoreUnavailable> => {
       if (!recordEvents) {
         const kept = events.some((event) => event.kind === "event")
           ? events.filter((event) => event.kind !== "event")
           : events
-        return groupCommit.submit(kept)
+        return submit(kept, epoch)
       }
-      if (outboxCounts === undefined) return groupCommit.submit(events)
+      if (outboxCounts === undefined) return submit(events, epoch)
       const recording = eventsByPartition(events, partitions)
-      if (recording.size === 0) return groupCommit.submit(events)
+      if (recording.size === 0) return submit(events, epoch)
       const full = outboxCounts.overflowing(recording)
       if (full !== undefined)
         return Effect.fail(
@@ -277,7 +291,7 @@ export const makePostgresStore = (
             reason: `the events outbox of partition ${full} holds ${outboxCounts.of(full)} events not yet published (QUOTA_EVENTS_OUTBOX_MAX ${outboxCounts.perPartitionMax}): is JetStream taking events?`
           })
         )
-      return Effect.tap(groupCommit.submit(events), () => Effect.sync(() => outboxCounts.recorded(recording)))
+      return Effect.tap(submit(events, epoch), () => Effect.sync(() => outboxCounts.recorded(recording)))
     }
 
     const store: PostgresStore = {

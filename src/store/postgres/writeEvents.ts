@@ -233,17 +233,34 @@ export const claimStatementNames = (
   return null
 }
 
-/** The partitions a group writes, with the epochs this process holds them under; throws if one is not held. */
+/** One submission of a group: one actor's events, and the epoch they were decided under (see StoreShape.write). */
+export interface FencedWrite {
+  readonly events: ReadonlyArray<StoreEvent>
+  readonly epoch: number | undefined
+}
+
+/**
+ * The partitions a group writes, with the epochs its writes were decided under; throws, before anything
+ * is sent, if one is not held now or held under another epoch (a write queued before the partition was
+ * lost and claimed again: its memory is from before the claim).
+ */
 const fenceOf = (
   fence: Fence,
-  events: ReadonlyArray<StoreEvent>,
+  writes: ReadonlyArray<FencedWrite>,
   partitions: number
 ): { partitions: Array<number>; epochs: Array<number> } => {
-  const touched = [...new Set(events.map((event) => partitionOf(event.user, partitions)))]
-  const epochs = touched.map((partition) => fence.epochOf(partition))
-  const notHeld = touched.filter((_, index) => epochs[index] === undefined)
-  if (notHeld.length > 0) throw new PartitionsFenced(notHeld)
-  return { partitions: touched, epochs: epochs as Array<number> }
+  const epochs = new Map<number, number>()
+  const refused = new Set<number>()
+  for (const { events, epoch } of writes) {
+    for (const event of events) {
+      const partition = partitionOf(event.user, partitions)
+      const held = fence.epochOf(partition)
+      if (held === undefined || (epoch !== undefined && epoch !== held)) refused.add(partition)
+      else epochs.set(partition, held)
+    }
+  }
+  if (refused.size > 0) throw new PartitionsFenced([...refused])
+  return { partitions: [...epochs.keys()], epochs: [...epochs.values()] }
 }
 
 /** One statement of a group; `name` absent for BEGIN and COMMIT (simple protocol, nothing to plan). */
@@ -371,14 +388,15 @@ const lostPartitionsOf = (error: unknown): ReadonlyArray<number> | undefined => 
 export const writeGroup = async (
   pool: pg.Pool,
   statements: WriteStatements,
-  events: ReadonlyArray<StoreEvent>,
+  writes: ReadonlyArray<FencedWrite>,
   partitions: number,
   fence?: Fence,
   pipelined = false
 ): Promise<void> => {
+  const events = writes.length === 1 ? writes[0]!.events : writes.flatMap((write) => write.events)
   const queries = groupQueries(statements, collapseEvents(events), partitions)
   if (queries.length === 0) return
-  const fenced = fence === undefined ? undefined : fenceOf(fence, events, partitions)
+  const fenced = fence === undefined ? undefined : fenceOf(fence, writes, partitions)
   const all: Array<GroupQuery> = [{ text: "begin", values: [] }]
   if (fence !== undefined && fenced !== undefined) {
     all.push({ ...statements.assertFence, values: [fenced.partitions, fenced.epochs, fence.owner] })
