@@ -392,7 +392,7 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
       const loaded = yield* load(actor, settings)
       if (Option.isNone(loaded)) return closeActor(actor, settings)
       state = loaded.value
-      settings.scheduleDeadline(actor, nextDeadline(state))
+      settings.scheduleDeadline(actor, nextDeadline(settings.config, state))
     }
 
     for (;;) {
@@ -470,7 +470,7 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
       }
       actor.lastActiveAt = decidedAt
       actor.inFlight = noEnvelopes
-      const deadline = nextDeadline(state)
+      const deadline = nextDeadline(settings.config, state)
       // After a failed write, what fell due (an expiry the store refused: the events outbox full, the
       // write fenced) is tried again after a pause, not at once in a loop of loads and refusals.
       settings.scheduleDeadline(

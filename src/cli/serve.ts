@@ -42,6 +42,14 @@ import type { NatsServerShape } from "../transport/NatsServer.js"
 import { NatsServer, natsServerLayer, natsServerOptions } from "../transport/NatsServer.js"
 import { memberDeathCheckIntervalMs, natsLossGraceMs, ownershipPoolConnections } from "../domain/limits.js"
 import { holdMemberLock } from "../store/postgres/memberLock.js"
+import type { ClockOffsetState } from "../cluster/ClockOffset.js"
+import { clockOffsetNowMs, clockWithinBound, makeClockOffsetState } from "../cluster/ClockOffset.js"
+
+/** The clock's gauges: its offset from Postgres's now, and whether it is beyond the bound. */
+const clockGauges = (clock: ClockOffsetState) => ({
+  clockOffsetMs: () => clockOffsetNowMs(clock) ?? 0,
+  clockBeyondMax: () => !clockWithinBound(clock)
+})
 
 export interface DatabaseTarget {
   readonly connectionString: string
@@ -134,7 +142,7 @@ export const coordinatorLayerFor = (
 export const loadSettingsAndConfig = (env: NodeJS.ProcessEnv) =>
   Effect.gen(function* () {
     const settings = yield* readSettings(env)
-    const config = yield* loadConfig(settings.configPath, settings.fairness)
+    const config = yield* loadConfig(settings.configPath, settings.fairness, settings.clockOffsetMaxMs)
     return { settings, config }
   })
 
@@ -224,7 +232,14 @@ const startOwnership = (
           publisher?.stop(partitions) ?? Effect.void,
           Effect.andThen(server.stopPartitions(partitions), coordinator.dropPartitions(partitions))
         ),
-      log: (message, fields) => logger.info({ owner: ownership.owner, ...fields }, message)
+      log: (message, fields) => logger.info({ owner: ownership.owner, ...fields }, message),
+      onClockChange: (beyond) =>
+        logger.warn(
+          { owner: ownership.owner, offsetMs: ownership.clock?.measuredOffsetMs },
+          beyond === undefined
+            ? "the clock is back within QUOTA_CLOCK_OFFSET_MAX_MS of Postgres's: claiming this process's share again"
+            : `${beyond}: answering for no partition and giving every one up until it is back within`
+        )
     }
     onMemberLockLost = (reason) => {
       // memberLockLost stops the answers at once; the step-down (subscriptions, actors) runs on.
@@ -272,7 +287,9 @@ export const serve = (
       )
     const target = yield* databaseTarget(settings, logger)
     // The embedded database is one process's by definition: it serves every partition, unfenced.
-    const ownership = target.embedded ? undefined : makeOwnershipState()
+    const ownership = target.embedded
+      ? undefined
+      : makeOwnershipState(undefined, makeClockOffsetState(settings.clockOffsetMaxMs))
     const metrics = operations?.metrics.recorder ?? noMetrics
     const outboxCounts = new OutboxCounts(settings.events.outboxPerPartitionMax)
     const context = yield* Layer.build(
@@ -299,8 +316,13 @@ export const serve = (
         slotWaiters: coordinator.slotWaiters,
         actorsResident: coordinator.residentActors,
         partitionsOwned: () => ownership?.epochs.size ?? server.servedPartitions().length,
-        eventsPending: () => outboxCounts.total()
+        eventsPending: () => outboxCounts.total(),
+        ...(ownership?.clock === undefined ? {} : clockGauges(ownership.clock))
       })
+      if (ownership?.clock !== undefined) {
+        const clock = ownership.clock
+        operations.readiness.watchClock(() => !clockWithinBound(clock))
+      }
     }
     // The embedded database is served whole by this process; scaled out, the ownership round starts
     // each partition's publisher when it claims the partition.

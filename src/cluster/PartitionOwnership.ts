@@ -18,6 +18,8 @@ import { Cause, Deferred, Effect, Exit } from "effect"
 import type { Fence } from "../store/Fence.js"
 import type { OwnershipQueries } from "../store/postgres/ownership.js"
 import { fnv1a32OfString } from "../domain/partition.js"
+import type { ClockOffsetState } from "./ClockOffset.js"
+import { clockBeyondReason, clockWithinBound, measureClockOffset } from "./ClockOffset.js"
 
 export interface OwnershipState {
   readonly owner: string
@@ -47,6 +49,12 @@ export interface OwnershipState {
    * others' fair shares cover them; back in touch, a round claims its share again.
    */
   transportDownSince: number | undefined
+  /**
+   * This process's clock against Postgres's (src/cluster/ClockOffset.ts); undefined: not checked
+   * (tests of other things). While beyond the bound it answers for no partition (servable is false at
+   * once, a wall-clock step included) and its rounds give every partition up, as a transport loss.
+   */
+  readonly clock: ClockOffsetState | undefined
   /** Partitions a write found superseded: stepped down from at once (the round is woken). */
   readonly superseded: Set<number>
   /**
@@ -98,12 +106,20 @@ const servableFrom = (sent: SentAt, forMs: number): ServableUntil => ({
 
 export const makeOwnerId = (): string => `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`
 
-export const makeOwnershipState = (owner: string = makeOwnerId()): OwnershipState => {
+export const makeOwnershipState = (
+  owner: string = makeOwnerId(),
+  clock?: ClockOffsetState
+): OwnershipState => {
   const epochs = new Map<number, number>()
   const servableUntil = new Map<number, ServableUntil>()
   const superseded = new Set<number>()
   const servable = (partition: number): boolean => {
     if (!state.memberLockHeld || !epochs.has(partition)) return false
+    if (clock !== undefined && !clockWithinBound(clock)) {
+      // A step seen between rounds: the round gives the partitions up now, not at its next turn.
+      if (clock.beyond === undefined) state.wake()
+      return false
+    }
     const until = servableUntil.get(partition)
     return until !== undefined && performance.now() < until.monotonicMs && Date.now() < until.wallMs
   }
@@ -112,6 +128,7 @@ export const makeOwnershipState = (owner: string = makeOwnerId()): OwnershipStat
     epochs,
     servableUntil,
     superseded,
+    clock,
     steppingDown: new Map(),
     servable,
     servingEpoch: (partition) => (servable(partition) ? epochs.get(partition) : undefined),
@@ -160,6 +177,8 @@ export interface OwnershipOptions {
    * OwnershipState.transportDownSince). Absent: never (a process without a transport to lose).
    */
   readonly transportLossGraceMs?: number
+  /** Told when the clock goes beyond the bound (with why) or comes back within it (undefined). */
+  readonly onClockChange?: (beyond: string | undefined) => void
   /**
    * How often to look for members known dead (their lock gone) that still hold leases; finding one
    * wakes the round at once. 0 or absent: only at each round.
@@ -262,6 +281,22 @@ export const transportChanged = (options: OwnershipOptions, up: boolean): void =
   }, grace).unref()
 }
 
+/**
+ * Measures the clock's offset (when checked) and tells onClockChange of a change. Returns why the
+ * process may not serve because of its clock, or undefined.
+ */
+const checkClock = (options: OwnershipOptions) =>
+  Effect.gen(function* () {
+    const clock = options.state.clock
+    if (clock === undefined) return undefined
+    yield* measureClockOffset(clock, options.queries.serverTimeMs())
+    const beyond = clockBeyondReason(clock)
+    if (beyond === undefined ? clock.beyond !== undefined : clock.beyond === undefined)
+      options.onClockChange?.(beyond)
+    clock.beyond = beyond
+    return beyond
+  })
+
 /** One round of heartbeat, renew, hand-off and claim. */
 export const ownershipRound = (options: OwnershipOptions) =>
   Effect.gen(function* () {
@@ -270,16 +305,21 @@ export const ownershipRound = (options: OwnershipOptions) =>
     state.superseded.clear()
     yield* stepDown(options, superseded, "a write found the epoch superseded")
 
-    // Cut off from the transport: nothing it owns can be served from here, so the others take it.
-    if (transportAway(options)) {
+    // Cut off from the transport, or a clock beyond the bound: nothing it owns can be served from here
+    // (its time-based decisions could free a slot or expire a hold early), so the others take it.
+    const clockBeyond = yield* checkClock(options)
+    const away = transportAway(options) ? "cut off from the transport (NATS)" : clockBeyond
+    if (away !== undefined) {
       yield* queries.heartbeat(state.owner, true, options.lockKey?.() ?? null)
       const held = new Map(state.epochs)
       if (held.size === 0) return
-      yield* stepDown(options, [...held.keys()], "cut off from the transport (NATS)")
+      yield* stepDown(options, [...held.keys()], away)
       yield* queries.release(state.owner, held)
-      options.log("released every partition: cut off from the transport (NATS)", {
+      options.log(`released every partition: ${away}`, {
         partitions: [...held.keys()],
-        downForMs: Math.round(performance.now() - (state.transportDownSince ?? performance.now()))
+        ...(state.transportDownSince === undefined
+          ? {}
+          : { downForMs: Math.round(performance.now() - state.transportDownSince) })
       })
       return
     }

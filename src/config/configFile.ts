@@ -9,6 +9,7 @@ import { readFile } from "node:fs/promises"
 import { Data, Effect } from "effect"
 import type { Config, Period, PlanConfig } from "../domain/config.js"
 import { defaultConfig, meterNamePattern } from "../domain/config.js"
+import { clockOffsetMaxMsDefault } from "../domain/limits.js"
 import { amountMax, identifierBytesMax, thresholdsPerMeterMax } from "../domain/limits.js"
 import type { FairnessSettings, SeedPlan } from "./settings.js"
 
@@ -24,7 +25,7 @@ export class ConfigFileInvalid extends Data.TaggedError("ConfigFileInvalid")<{
 }
 
 /** What the file holds; fairness comes from the environment. */
-export type ConfigFileContents = Omit<Config, "fairness">
+export type ConfigFileContents = Omit<Config, "fairness" | "clockOffsetMaxMs">
 
 type Refusal = { readonly path: string; readonly reason: string }
 
@@ -139,8 +140,15 @@ export const parseConfigFile = (
   }
 }
 
-/** The file's plans with the environment's fairness: `FAIRNESS_*_LIMIT` replaces a plan's slots if it exists. */
-export const withFairness = (contents: ConfigFileContents, fairness: FairnessSettings): Config => {
+/**
+ * The file's plans with the environment's fairness: `FAIRNESS_*_LIMIT` replaces a plan's slots if it
+ * exists. The clock bound comes from the environment too (`QUOTA_CLOCK_OFFSET_MAX_MS`).
+ */
+export const withFairness = (
+  contents: ConfigFileContents,
+  fairness: FairnessSettings,
+  clockOffsetMaxMs: number = clockOffsetMaxMsDefault
+): Config => {
   const plans = Object.fromEntries(
     Object.entries(contents.plans).map(([name, plan]): [string, PlanConfig] => {
       const slots = Object.hasOwn(fairness.slotOverrides, name)
@@ -156,17 +164,19 @@ export const withFairness = (contents: ConfigFileContents, fairness: FairnessSet
       enabled: fairness.enabled,
       snoozeBaseMs: fairness.snoozeBaseMs,
       snoozeJitterMs: fairness.snoozeJitterMs
-    }
+    },
+    clockOffsetMaxMs
   }
 }
 
 /** Reads `configPath` (or takes the built-in default when it is undefined) and applies the fairness settings. */
 export const loadConfig = (
   configPath: string | undefined,
-  fairness: FairnessSettings
+  fairness: FairnessSettings,
+  clockOffsetMaxMs: number = clockOffsetMaxMsDefault
 ): Effect.Effect<Config, ConfigFileInvalid> =>
   Effect.gen(function* () {
-    if (configPath === undefined) return withFairness(defaultConfig, fairness)
+    if (configPath === undefined) return withFairness(defaultConfig, fairness, clockOffsetMaxMs)
     const file = configPath
     const text = yield* Effect.tryPromise({
       try: () => readFile(file, "utf8"),
@@ -179,5 +189,5 @@ export const loadConfig = (
     })
     const parsed = parseConfigFile(json)
     if ("refused" in parsed) return yield* new ConfigFileInvalid({ file, ...parsed.refused })
-    return withFairness(parsed.ok, fairness)
+    return withFairness(parsed.ok, fairness, clockOffsetMaxMs)
   })

@@ -12,6 +12,9 @@ import { invalid, readBoolean, readDuration, readInteger, valueOf } from "./read
 import type { EventSettings } from "./eventSettings.js"
 import { readEventSettings } from "./eventSettings.js"
 import {
+  clockOffsetMaxMsDefault,
+  clockOffsetMaxMsMax,
+  clockOffsetMaxMsMin,
   partitionLeaseMsDefault,
   partitionLeaseMsMax,
   partitionLeaseMsMin,
@@ -54,6 +57,11 @@ export interface Settings {
   readonly httpAddress: HttpAddress | undefined
   /** `QUOTA_EVENTS_*`: the events stream and its outbox. */
   readonly events: EventSettings
+  /**
+   * `QUOTA_CLOCK_OFFSET_MAX_MS`: the most this process's clock may differ from Postgres's; beyond it the
+   * process serves nothing until back within (src/cluster/ClockOffset.ts).
+   */
+  readonly clockOffsetMaxMs: number
 }
 
 /** A host and a TCP port (0: any free port, logged once bound). */
@@ -164,6 +172,13 @@ export const readSettings = (env: Environment): Effect.Effect<Settings, Settings
       partitionLeaseMsMax,
       partitionLeaseMsDefault
     )
+    const clockOffsetMaxMs = yield* readInteger(
+      env,
+      "QUOTA_CLOCK_OFFSET_MAX_MS",
+      clockOffsetMaxMsMin,
+      clockOffsetMaxMsMax,
+      clockOffsetMaxMsDefault
+    )
     const httpAddress = yield* readHttpAddress(env)
     const events = yield* readEventSettings(env, prefix)
     return {
@@ -177,6 +192,7 @@ export const readSettings = (env: Environment): Effect.Effect<Settings, Settings
       fairness: { enabled, slotOverrides, snoozeBaseMs, snoozeJitterMs },
       partitionLeaseMs: partitionLeaseMs ?? partitionLeaseMsDefault,
       httpAddress,
-      events
+      events,
+      clockOffsetMaxMs: clockOffsetMaxMs ?? clockOffsetMaxMsDefault
     }
   })

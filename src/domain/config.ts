@@ -1,5 +1,5 @@
 /**
- * Meters, plans and fairness settings: the configuration every decision reads.
+ * Meters, plans, fairness and the clock bound: the configuration every decision reads.
  * The shape of the JSON file (`QUOTA_CONFIG`) is PROTOCOL.md "Configuration"; parsing lives in src/config.
  */
 
@@ -36,7 +36,21 @@ export interface Config {
   readonly plans: Readonly<Record<string, PlanConfig>>
   readonly defaultPlan: string
   readonly fairness: FairnessConfig
+  /**
+   * `QUOTA_CLOCK_OFFSET_MAX_MS`: the most a serving process's clock differs from Postgres's (a process
+   * further off serves nothing). Decisions read it through clockSkewMaxMs, never a clock.
+   */
+  readonly clockOffsetMaxMs: number
 }
+
+/**
+ * How far apart two serving processes' clocks can be: each is within clockOffsetMaxMs of Postgres's.
+ * A deadline one process set (a lease's end, a hold's expiry) is acted on by another, whose clock may
+ * run ahead by this much, only once its clock is this far past it: never before the deadline on the
+ * clock that set it. A period read at a clock this far ahead is the latest any serving process can
+ * have recorded.
+ */
+export const clockSkewMaxMs = (config: Config): number => 2 * config.clockOffsetMaxMs
 
 export const meterNamePattern = /^[a-z][a-z0-9_]{0,62}$/
 
@@ -72,7 +86,10 @@ export const defaultConfig: Config = {
     }
   },
   defaultPlan: "free",
-  fairness: { enabled: true, snoozeBaseMs: 30_000, snoozeJitterMs: 10_000 }
+  fairness: { enabled: true, snoozeBaseMs: 30_000, snoozeJitterMs: 10_000 },
+  // One clock: every decision on the clock that set its deadlines (one process, the tests). `serve`
+  // never decides with it: loadConfig sets QUOTA_CLOCK_OFFSET_MAX_MS (clockOffsetMaxMsDefault unset).
+  clockOffsetMaxMs: 0
 }
 
 /**

@@ -5,7 +5,7 @@
  */
 import type { OpsCommand } from "./commands.js"
 import type { DecideContext, Output } from "./context.js"
-import { meterPeriod } from "./config.js"
+import { clockSkewMaxMs, meterPeriod } from "./config.js"
 import { assertGrantWithinLimit, assertMeter } from "./invariants.js"
 import {
   amountMax,
@@ -319,15 +319,19 @@ export const adjust = (
 
 /**
  * Expires every pending hold due at ctx.now, exactly once: an expired hold is closed and never pending
- * again, and announced (`hold_expired`, an orphan: its work never committed or released it).
+ * again, and announced (`hold_expired`, an orphan: its work never committed or released it). Due means
+ * clockSkewMaxMs past `expiresAt`, which was read on the clock of the process that reserved or extended
+ * it: a process whose clock runs ahead of that one (a new owner) must not return the reservation while
+ * its work may still commit within its time, and grant it again.
  */
 export const expireHolds = (ctx: DecideContext, state: UserState, output: Output): void => {
-  if (state.pendingExpiresAtLowest > ctx.now) return
+  const skewMs = clockSkewMaxMs(ctx.config)
+  if (state.pendingExpiresAtLowest + skewMs > ctx.now) return
   // Something may be due: collect what is, and the exact earliest of the rest, in one pass.
   const due: Array<Hold> = []
   let lowest = Infinity
   for (const hold of state.pending.values()) {
-    if (hold.expiresAt <= ctx.now) due.push(hold)
+    if (hold.expiresAt + skewMs <= ctx.now) due.push(hold)
     else lowest = Math.min(lowest, hold.expiresAt)
   }
   state.pendingExpiresAtLowest = lowest

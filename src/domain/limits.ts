@@ -50,7 +50,8 @@ export const actorTurnMsMax = 10
  * A hold's consume keys are those applied since it was created, less this: a consume decided while the
  * clock read a little earlier than the hold's `createdAt` (the clock stepped back, or another process's
  * clock lags) is still this incarnation's. An id is reused only after its retention ended, so the
- * keys of an earlier incarnation are days older than this.
+ * keys of an earlier incarnation are days older than this. Two serving processes' clocks differ by at
+ * most twice clockOffsetMaxMsMax (2 minutes), far within this: no key is lost on reload.
  */
 export const consumeKeyClockSlackMs = 86_400_000
 
@@ -221,6 +222,26 @@ export const natsLossGraceMs = 1_000
  */
 export const natsPingIntervalMsMin = 500
 export const natsPingsOutstandingMax = 2
+
+/**
+ * The most a process's wall clock may differ from Postgres's (`QUOTA_CLOCK_OFFSET_MAX_MS`), as
+ * CockroachDB's maximum clock offset. Each process measures its offset every ownership round; while it
+ * is beyond this (with the measurement's uncertainty), the process answers for no partition and gives
+ * them all up to the others, and says why (log, /readyz, metrics). So two serving processes' clocks
+ * differ by at most twice this, and the time-based decisions wait that long past a deadline before
+ * they act on it (src/domain/config.ts clockSkewMaxMs). Outside the bounds the coordinator refuses to
+ * start; the upper bound keeps twice it far below consumeKeyClockSlackMs.
+ */
+export const clockOffsetMaxMsDefault = 500
+export const clockOffsetMaxMsMin = 10
+export const clockOffsetMaxMsMax = 60_000
+
+/**
+ * Readings of Postgres's clock per measurement of the offset: each costs a round trip, the one with
+ * the shortest is kept (its uncertainty, half the round trip, is the smallest). A measurement whose
+ * best uncertainty is over half the maximum offset is not trusted: the previous one stands.
+ */
+export const clockSamplesPerMeasurementMax = 3
 
 /** Connections of the pool that heartbeats and renews partition leases, apart from the store's. */
 export const ownershipPoolConnections = 2

@@ -3,6 +3,7 @@
  * A waiting `acquire_slot` decides to `null`: its answer comes later as a Wakeup for its job.
  */
 import type { OpsCommand } from "./commands.js"
+import { clockSkewMaxMs } from "./config.js"
 import type { DecideContext, Output } from "./context.js"
 import { assertSlotsWithinLimit } from "./invariants.js"
 import { slotWaitersPerUserMax, slotsPerUserMax } from "./limits.js"
@@ -154,9 +155,14 @@ export const grantWaiters = (ctx: DecideContext, state: UserState, output: Outpu
  * Frees leases that ended, gives the slots to waiters, then times out waiters whose wait ran out. The
  * slots are walked only when the lease bound says one may be due (then the bound is made exact), not
  * on every decision: with fairness off a user may hold a thousand slots.
+ *
+ * A lease ends clockSkewMaxMs after its `leaseExpiresAt`: that instant was read on the clock of the
+ * process that granted or renewed it, and the process deciding now (a new owner) may run ahead of it
+ * by up to that much. Freed on time or late, never early, so a user never holds more than its plan.
  */
 export const expireSlots = (ctx: DecideContext, state: UserState, output: Output): void => {
-  if (state.slotsLeaseExpiresAtLowest <= ctx.now) expireLeases(ctx, state, output)
+  if (state.slotsLeaseExpiresAtLowest + clockSkewMaxMs(ctx.config) <= ctx.now)
+    expireLeases(ctx, state, output)
   grantWaiters(ctx, state, output)
   for (let index = 0; index < state.waiters.length;) {
     const waiter = state.waiters[index]!
@@ -173,8 +179,9 @@ export const expireSlots = (ctx: DecideContext, state: UserState, output: Output
 const expireLeases = (ctx: DecideContext, state: UserState, output: Output): void => {
   const due: Array<string> = []
   let lowest = Infinity
+  const skewMs = clockSkewMaxMs(ctx.config)
   for (const [job, leaseExpiresAt] of state.slots) {
-    if (leaseExpiresAt <= ctx.now) due.push(job)
+    if (leaseExpiresAt + skewMs <= ctx.now) due.push(job)
     else lowest = Math.min(lowest, leaseExpiresAt)
   }
   state.slotsLeaseExpiresAtLowest = lowest

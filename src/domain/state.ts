@@ -4,7 +4,7 @@
  * drop it and load again from the store.
  */
 import type { Config, Period } from "./config.js"
-import { meterPeriod, planLimit, planNamed } from "./config.js"
+import { clockSkewMaxMs, meterPeriod, planLimit, planNamed } from "./config.js"
 import type { HoldRecord, RecalledIds, StoreEvent, StoredUser } from "./events.js"
 import { periodStartAt } from "./period.js"
 import type { MeterUsage, MeterView, UsageResult } from "./results.js"
@@ -315,9 +315,13 @@ export const usageView = (config: Config, state: UserState, now: number): UsageR
   }
 })
 
-/** The earliest moment something in this state falls due (hold expiry, lease end, waiter timeout). */
-export const nextDeadline = (state: UserState): number | null => {
-  let earliest = Math.min(state.pendingExpiresAtLowest, state.slotsLeaseExpiresAtLowest)
+/**
+ * The earliest moment something in this state falls due (hold expiry, lease end, waiter timeout):
+ * expiries and lease ends clockSkewMaxMs after their instants (see expireHolds, expireSlots).
+ */
+export const nextDeadline = (config: Config, state: UserState): number | null => {
+  let earliest =
+    Math.min(state.pendingExpiresAtLowest, state.slotsLeaseExpiresAtLowest) + clockSkewMaxMs(config)
   for (const waiter of state.waiters) earliest = Math.min(earliest, waiter.deadlineAt)
   return earliest === Infinity ? null : earliest
 }

@@ -84,6 +84,10 @@ export interface GaugeSources {
   readonly actorsResident: () => number
   readonly partitionsOwned: () => number
   readonly eventsPending: () => number
+  /** This process's clock minus Postgres's, as last measured (0 until measured, or unchecked). */
+  readonly clockOffsetMs: () => number
+  /** Whether that offset (with its uncertainty) is beyond QUOTA_CLOCK_OFFSET_MAX_MS. */
+  readonly clockBeyondMax: () => boolean
 }
 
 export interface PrometheusMetricsOptions {
@@ -321,7 +325,9 @@ export const makePrometheusMetrics = (options: PrometheusMetricsOptions): Promet
     slotWaiters: () => 0,
     actorsResident: () => 0,
     partitionsOwned: () => 0,
-    eventsPending: () => 0
+    eventsPending: () => 0,
+    clockOffsetMs: () => 0,
+    clockBeyondMax: () => false
   }
   const gauge = (name: string, help: string, read: (current: GaugeSources) => number) =>
     new Gauge({
@@ -336,6 +342,16 @@ export const makePrometheusMetrics = (options: PrometheusMetricsOptions): Promet
   gauge("quota_actors_resident", "User actors resident in memory.", (s) => s.actorsResident())
   gauge("quota_partitions_owned", "Partitions this process serves.", (s) => s.partitionsOwned())
   gauge("quota_events_pending", "Events recorded and not yet published.", (s) => s.eventsPending())
+  gauge(
+    "quota_clock_offset_seconds",
+    "This process's wall clock minus Postgres's clock, as last measured (positive: ahead).",
+    (s) => s.clockOffsetMs() / 1_000
+  )
+  gauge(
+    "quota_clock_offset_beyond_max",
+    "1 while the clock's offset from Postgres's is beyond QUOTA_CLOCK_OFFSET_MAX_MS: serving nothing.",
+    (s) => (s.clockBeyondMax() ? 1 : 0)
+  )
 
   const recorder: MetricsRecorder = {
     commandAnswered: (op, status, seconds) => {

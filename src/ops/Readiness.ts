@@ -1,5 +1,6 @@
 /**
- * Readiness (`GET /readyz`): connected to NATS and Postgres answering. NATS's state is read from the
+ * Readiness (`GET /readyz`): connected to NATS and Postgres answering, and (scaled out) this process's
+ * clock within QUOTA_CLOCK_OFFSET_MAX_MS of Postgres's. NATS's state is read from the
  * connection when asked; Postgres is asked every `readinessCheckIntervalMs` by a fiber of the serve
  * scope (one `select 1`, bounded by `readinessCheckTimeoutMs`), so a probe never waits on the
  * database and an outage shows within about interval + timeout, and its end as soon after.
@@ -12,7 +13,8 @@ import { Duration, Effect } from "effect"
 import type { Scope } from "effect"
 import { readinessCheckIntervalMs, readinessCheckTimeoutMs } from "../domain/limits.js"
 
-export type Dependency = "nats" | "postgres"
+/** `clock`: this process's clock against Postgres's (QUOTA_CLOCK_OFFSET_MAX_MS), not a service. */
+export type Dependency = "nats" | "postgres" | "clock"
 
 export interface ReadinessReport {
   readonly ready: boolean
@@ -26,6 +28,11 @@ export interface Readiness {
   readonly report: () => ReadinessReport
   /** From now on NATS counts as up while `connected()` says so. Until called: down, starting. */
   readonly watchNats: (connected: () => boolean) => void
+  /**
+   * From now on the clock counts as down while `beyond()` says so (scaled out: its offset from
+   * Postgres's clock is beyond the bound, and the process serves nothing). Until called: not checked.
+   */
+  readonly watchClock: (beyond: () => boolean) => void
   /** Asks Postgres `ping` periodically for the life of the scope. Until its first answer: down. */
   readonly watchPostgres: (
     ping: Effect.Effect<void, unknown>,
@@ -39,6 +46,9 @@ export const postgresReasons = {
   failed: "check failed (the cause is in the log)",
   timedOut: (timeoutMs: number) => `no answer within ${timeoutMs} ms`
 } as const
+
+/** What /readyz says of the clock while it is beyond the bound (the measurement is in the log). */
+export const clockBeyondReason = "offset from Postgres's clock beyond QUOTA_CLOCK_OFFSET_MAX_MS"
 
 /** A change of a dependency's state, with what happened (for the log only). */
 export interface ReadinessChange {
@@ -60,6 +70,7 @@ const detailOf = (cause: unknown): string => {
 export const makeReadiness = (onChange: (change: ReadinessChange) => void = () => {}): Readiness => {
   let natsConnected: (() => boolean) | undefined
   let postgresDown: string | undefined = postgresReasons.notChecked
+  let clockBeyond: () => boolean = () => false
 
   /** Records Postgres's state; tells `onChange` only when it changed (a check runs every second). */
   const setPostgres = (down: string | undefined, detail: string | undefined): void => {
@@ -73,6 +84,7 @@ export const makeReadiness = (onChange: (change: ReadinessChange) => void = () =
     if (natsConnected === undefined) reasons.nats = "not connected yet"
     else if (!natsConnected()) reasons.nats = "disconnected"
     if (postgresDown !== undefined) reasons.postgres = postgresDown
+    if (clockBeyond()) reasons.clock = clockBeyondReason
     const down = (Object.keys(reasons) as Array<Dependency>).sort()
     return { ready: down.length === 0, down, reasons }
   }
@@ -102,6 +114,9 @@ export const makeReadiness = (onChange: (change: ReadinessChange) => void = () =
     report,
     watchNats: (connected) => {
       natsConnected = connected
+    },
+    watchClock: (beyond) => {
+      clockBeyond = beyond
     },
     watchPostgres
   }

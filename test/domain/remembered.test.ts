@@ -4,7 +4,7 @@
  * forgotten first, and a retry of a forgotten id is decided as new.
  */
 import { describe, expect, it } from "vitest"
-import { defaultConfig } from "../../src/domain/config.js"
+import { clockSkewMaxMs, defaultConfig } from "../../src/domain/config.js"
 import { decide } from "../../src/domain/decide.js"
 import { assertUserState } from "../../src/domain/invariants.js"
 import { closedHoldsPerUserMax, idRetentionMs } from "../../src/domain/limits.js"
@@ -74,12 +74,14 @@ describe("closed holds remembered", () => {
 })
 
 describe("the pending holds' expiry bound", () => {
+  // Expiries fall due this long after their instants (0 with one clock, as here).
+  const skewMs = clockSkewMaxMs(defaultConfig)
   it("a user whose holds all closed has nothing due (no tick for a hold that is gone)", () => {
     const state = newState()
     expect(decideAt(state, 0, reserve("h1", 1))?.status).toBe("reserved")
-    expect(nextDeadline(state)).toBe(T0 + 60_000)
+    expect(nextDeadline(defaultConfig, state)).toBe(T0 + 60_000 + skewMs)
     expect(decideAt(state, 1_000, commit("h1", 1))?.status).toBe("committed")
-    expect(nextDeadline(state)).toBeNull()
+    expect(nextDeadline(defaultConfig, state)).toBeNull()
   })
 
   it("with holds still pending, the next deadline is never later than the earliest expiry", () => {
@@ -87,11 +89,11 @@ describe("the pending holds' expiry bound", () => {
     decideAt(state, 0, reserve("early", 1))
     decideAt(state, 10, reserve("late", 1, "analysis", 120_000))
     decideAt(state, 20, commit("early", 1))
-    const deadline = nextDeadline(state)
+    const deadline = nextDeadline(defaultConfig, state)
     expect(deadline).not.toBeNull()
-    expect(deadline!).toBeLessThanOrEqual(T0 + 10 + 120_000)
+    expect(deadline!).toBeLessThanOrEqual(T0 + 10 + 120_000 + skewMs)
     // A tick at the stale bound expires nothing and makes it exact.
-    expect(decideAt(state, 60_000, tick())).toBeNull()
-    expect(nextDeadline(state)).toBe(T0 + 10 + 120_000)
+    expect(decideAt(state, 60_000 + skewMs, tick())).toBeNull()
+    expect(nextDeadline(defaultConfig, state)).toBe(T0 + 10 + 120_000 + skewMs)
   })
 })

@@ -19,6 +19,7 @@ describe("readSettings", () => {
       logLevel: "info",
       fairness: { enabled: true, slotOverrides: {}, snoozeBaseMs: 30_000, snoozeJitterMs: 10_000 },
       partitionLeaseMs: 6_000,
+      clockOffsetMaxMs: 500,
       httpAddress: { host: "127.0.0.1", port: 9464 },
       events: {
         enabled: true,
@@ -57,7 +58,8 @@ describe("readSettings", () => {
         QUOTA_EVENTS_MAX_BYTES: "2097152",
         QUOTA_EVENTS_REPLICAS: "3",
         QUOTA_EVENTS_DUPLICATE_WINDOW: "10m",
-        QUOTA_EVENTS_OUTBOX_MAX: "500"
+        QUOTA_EVENTS_OUTBOX_MAX: "500",
+        QUOTA_CLOCK_OFFSET_MAX_MS: "250"
       })
     ).toEqual({
       nats: { servers: ["nats://a:4222", "nats://b:4222"] },
@@ -74,6 +76,7 @@ describe("readSettings", () => {
         snoozeJitterMs: 500
       },
       partitionLeaseMs: 2_500,
+      clockOffsetMaxMs: 250,
       httpAddress: { host: "0.0.0.0", port: 9100 },
       events: {
         enabled: false,
@@ -120,6 +123,8 @@ describe("readSettings", () => {
     ["FAIRNESS_SNOOZE_JITTER", "-5s"],
     ["QUOTA_LEASE_MS", "999"],
     ["QUOTA_LEASE_MS", "600001"],
+    ["QUOTA_CLOCK_OFFSET_MAX_MS", "9"],
+    ["QUOTA_CLOCK_OFFSET_MAX_MS", "60001"],
     ["FAIRNESS_SNOOZE_DURATION", "25h"],
     ["QUOTA_HTTP_ADDR", "9464"],
     ["QUOTA_HTTP_ADDR", "127.0.0.1"],

@@ -50,6 +50,8 @@ export const ownershipStatements = (schema: string) => ({
     where owner_row.lease_expires_at > ${databaseNowMs} and ${deadMemberCondition("member")}`,
 
   forgetMember: `delete from "${schema}".members where owner = $1`,
+  // Postgres's clock, for measuring a process's offset from it (src/cluster/ClockOffset.ts).
+  serverTime: `select extract(epoch from clock_timestamp()) * 1000 as now_ms`,
   // Takes partitions whose lease ran out (or were released); each claim bumps the epoch, which fences
   // every write of the previous owner that has not committed yet. FOR UPDATE conflicts with the KEY
   // SHARE a write holds on its owner rows (migration 0004): a row with a write in flight is skipped
@@ -152,6 +154,8 @@ export interface OwnershipQueries {
   ) => Effect.Effect<void, StoreUnavailable>
   /** Releases every lease the owner holds (leaving). */
   readonly releaseAll: (owner: string) => Effect.Effect<void, StoreUnavailable>
+  /** Postgres's clock now (ms since the epoch, with its fraction): the leases' clock. */
+  readonly serverTimeMs: () => Effect.Effect<number, StoreUnavailable>
 }
 
 /**
@@ -236,6 +240,12 @@ export const makeOwnershipQueries = (
           await pool.query(statements.releaseAll, [owner])
         },
         catch: storeUnavailable("release every partition")
+      }),
+    serverTimeMs: () =>
+      Effect.tryPromise({
+        try: async () =>
+          Number((await pool.query<{ now_ms: string }>(statements.serverTime)).rows[0]!.now_ms),
+        catch: storeUnavailable("read the server's clock")
       })
   }
 }
