@@ -18,6 +18,8 @@ import { Cause, Deferred, Effect, Exit } from "effect"
 import type { Fence } from "../store/Fence.js"
 import type { OwnershipQueries } from "../store/postgres/ownership.js"
 import { fnv1a32OfString } from "../domain/partition.js"
+import type { UnownedPartitions } from "./UnownedPartitions.js"
+import { makeUnownedPartitions, recordUnowned } from "./UnownedPartitions.js"
 
 export interface OwnershipState {
   readonly owner: string
@@ -49,6 +51,8 @@ export interface OwnershipState {
   transportDownSince: number | undefined
   /** Partitions a write found superseded: stepped down from at once (the round is woken). */
   readonly superseded: Set<number>
+  /** Partitions no process held at this process's last rounds, and since when (see UnownedPartitions). */
+  readonly unowned: UnownedPartitions
   readonly fence: Fence
   /** Whether this process may decide for `partition` now. */
   readonly servable: (partition: number) => boolean
@@ -95,6 +99,7 @@ export const makeOwnershipState = (owner: string = makeOwnerId()): OwnershipStat
     epochs,
     servableUntil,
     superseded,
+    unowned: makeUnownedPartitions(),
     servable: (partition) => {
       if (!state.memberLockHeld || !epochs.has(partition)) return false
       const until = servableUntil.get(partition)
@@ -231,6 +236,12 @@ export const ownershipRound = (options: OwnershipOptions) =>
     const superseded = [...state.superseded]
     state.superseded.clear()
     yield* stepDown(options, superseded, "a write found the epoch superseded")
+
+    // Every partition gets a row (free) before any claim, and one unowned for longer than a lease says so.
+    const unowned = yield* queries.surveyPartitions(options.partitions)
+    const unownedTooLong = recordUnowned(state.unowned, unowned, leaseMs, performance.now())
+    if (unownedTooLong.length > 0)
+      options.log("partitions have had no owner for longer than a lease", { partitions: unownedTooLong })
 
     // Cut off from the transport: nothing it owns can be served from here, so the others take it.
     if (transportAway(options)) {
