@@ -259,7 +259,9 @@ export const ownershipRound = (options: OwnershipOptions) =>
 
     // Members known dead (their lock gone) lose their partitions now, not when their leases run out.
     const dead = yield* queries.deadOwners()
-    yield* queries.heartbeat(state.owner, false, options.lockKey?.() ?? null)
+    // Without its member lock this process claims nothing: it heartbeats as leaving, so that the
+    // others' counts leave nothing for it (counted in, its share stayed free for as long as the loss).
+    yield* queries.heartbeat(state.owner, !state.memberLockHeld, options.lockKey?.() ?? null)
     const members = yield* queries.liveMembers(leaseMs)
     const count = shareCount(state.owner, members, options.partitions)
     const byPreference = (left: number, right: number) =>

@@ -8,7 +8,7 @@
 import { Effect } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { OwnershipOptions, OwnershipState } from "../../src/cluster/PartitionOwnership.js"
-import { makeOwnershipState, ownershipRound } from "../../src/cluster/PartitionOwnership.js"
+import { makeOwnershipState, memberLockLost, ownershipRound } from "../../src/cluster/PartitionOwnership.js"
 import { migrate } from "../../src/store/postgres/migrate.js"
 import { makeOwnershipQueries } from "../../src/store/postgres/ownership.js"
 import { createTestSchema } from "../support/database.js"
@@ -109,5 +109,24 @@ describe("a free partition", () => {
       leftFree: leftFree.map(() => 0),
       unbalanced: []
     })
+  })
+
+  it("is claimed by the others while a member claims nothing (its member lock lost): it does not count", async () => {
+    await freshDatabase()
+    const members = ["a", "b", "c"].map((name) => member(`lockless-${name}`))
+    const [a, b, c] = members as [OwnershipOptions, OwnershipOptions, OwnershipOptions]
+    for (let round = 0; round < 3; round += 1)
+      for (const each of members) await Effect.runPromise(ownershipRound(each))
+    expect(await freePartitions()).toEqual([])
+    await Effect.runPromise(memberLockLost(c, "test: the member lock's session ended"))
+    // Its leases run out (it renews none now); its heartbeat goes on: it is alive, and claims nothing.
+    await pool.query(
+      `update "${database.schema}".partition_owners set lease_expires_at = 0 where owner = $1`,
+      [c.state.owner]
+    )
+    for (let round = 0; round < 3; round += 1)
+      for (const each of [c, a, b]) await Effect.runPromise(ownershipRound(each))
+    const held = [a, b, c].map((each) => heldBy(each.state).length)
+    expect({ held, free: await freePartitions() }).toEqual({ held: [4, 4, 0], free: [] })
   })
 })
