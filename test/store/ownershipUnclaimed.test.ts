@@ -11,6 +11,7 @@ import type { OwnershipOptions, OwnershipState } from "../../src/cluster/Partiti
 import { makeOwnershipState, memberLockLost, ownershipRound } from "../../src/cluster/PartitionOwnership.js"
 import { migrate } from "../../src/store/postgres/migrate.js"
 import { makeOwnershipQueries } from "../../src/store/postgres/ownership.js"
+import { unownedLongerThan } from "../../src/cluster/UnownedPartitions.js"
 import { createTestSchema } from "../support/database.js"
 
 const database = createTestSchema("ownership_unclaimed")
@@ -128,5 +129,50 @@ describe("a free partition", () => {
       for (const each of [c, a, b]) await Effect.runPromise(ownershipRound(each))
     const held = [a, b, c].map((each) => heldBy(each.state).length)
     expect({ held, free: await freePartitions() }).toEqual({ held: [4, 4, 0], free: [] })
+  })
+
+  it("left unowned for longer than a lease is reported by the rounds, until it is held", async () => {
+    await freshDatabase()
+    const shortLeaseMs = 400
+    let servingFails = false
+    const logged: Array<string> = []
+    const state = makeOwnershipState("reporter")
+    const options: OwnershipOptions = {
+      ...member("reporter"),
+      state,
+      leaseMs: shortLeaseMs,
+      // Once serving fails, each round claims partition 5, undoes the claim and releases it.
+      serve: () => (servingFails ? Effect.fail(new Error("test: serving fails")) : Effect.void),
+      log: (message, fields) => logged.push(`${message} ${JSON.stringify(fields["partitions"])}`)
+    }
+    const round = () => Effect.runPromise(ownershipRound(options))
+    const reported = () => unownedLongerThan(state.unowned, shortLeaseMs, performance.now())
+    // Another owner holds 5 while the reporter takes the other seven, then releases it.
+    await pool.query(
+      `insert into "${database.schema}".partition_owners (partition, owner, epoch, lease_expires_at)
+       values (5, 'another', 1, (extract(epoch from clock_timestamp()) * 1000)::bigint + 60000)`
+    )
+    await round()
+    expect(heldBy(state).length).toBe(7)
+    await pool.query(
+      `update "${database.schema}".partition_owners set lease_expires_at = 0 where partition = 5`
+    )
+    servingFails = true
+    await round()
+    expect(reported()).toEqual([])
+    const firstSurveyAt = performance.now()
+    while (performance.now() - firstSurveyAt <= shortLeaseMs + 100) {
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      await round()
+    }
+    const crossings = logged.filter((line) => line.includes("longer than a lease"))
+    expect({ reported: reported(), crossings }).toEqual({
+      reported: [5],
+      crossings: ["partitions have had no owner for longer than a lease [5]"]
+    })
+    servingFails = false
+    await round()
+    await round()
+    expect({ reported: reported(), free: await freePartitions() }).toEqual({ reported: [], free: [] })
   })
 })
