@@ -28,6 +28,7 @@ import { startEmbeddedPostgres } from "../store/embedded.js"
 import { migrate } from "../store/postgres/migrate.js"
 import { poolConfig, postgresStoreLayer, scopedPool } from "../store/postgres/PostgresStore.js"
 import { ensureSettings } from "../store/postgres/settings.js"
+import { unownedLongerThan } from "../cluster/UnownedPartitions.js"
 import { Store } from "../store/Store.js"
 import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
 import { Metrics, noMetrics } from "../ops/MetricsRecorder.js"
@@ -311,11 +312,17 @@ export const serve = (
     if (operations !== undefined) {
       const store = Context.get(context, Store)
       operations.readiness.watchNats(server.connected)
+      const unowned = () =>
+        ownership === undefined
+          ? []
+          : unownedLongerThan(ownership.unowned, settings.partitionLeaseMs, performance.now())
+      operations.readiness.watchPartitions(unowned)
       yield* operations.readiness.watchPostgres(store.ping)
       operations.metrics.setGaugeSources({
         slotWaiters: coordinator.slotWaiters,
         actorsResident: coordinator.residentActors,
         partitionsOwned: () => ownership?.epochs.size ?? server.servedPartitions().length,
+        partitionsUnowned: () => unowned().length,
         eventsPending: () => outboxCounts.total(),
         ...(ownership?.clock === undefined ? {} : clockGauges(ownership.clock))
       })

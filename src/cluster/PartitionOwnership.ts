@@ -20,6 +20,8 @@ import type { OwnershipQueries } from "../store/postgres/ownership.js"
 import { fnv1a32OfString } from "../domain/partition.js"
 import type { ClockOffsetState } from "./ClockOffset.js"
 import { clockBeyondReason, clockWithinBound, measureClockOffset } from "./ClockOffset.js"
+import type { UnownedPartitions } from "./UnownedPartitions.js"
+import { makeUnownedPartitions, recordUnowned } from "./UnownedPartitions.js"
 
 export interface OwnershipState {
   readonly owner: string
@@ -63,6 +65,8 @@ export interface OwnershipState {
    * claim must never meet memory or queued writes from before it.
    */
   readonly steppingDown: Map<number, number>
+  /** Partitions no process held at this process's last rounds, and since when (see UnownedPartitions). */
+  readonly unowned: UnownedPartitions
   readonly fence: Fence
   /** Whether this process may decide for `partition` now. */
   readonly servable: (partition: number) => boolean
@@ -129,6 +133,7 @@ export const makeOwnershipState = (
     servableUntil,
     superseded,
     clock,
+    unowned: makeUnownedPartitions(),
     steppingDown: new Map(),
     servable,
     servingEpoch: (partition) => (servable(partition) ? epochs.get(partition) : undefined),
@@ -305,6 +310,12 @@ export const ownershipRound = (options: OwnershipOptions) =>
     state.superseded.clear()
     yield* stepDown(options, superseded, "a write found the epoch superseded")
 
+    // Every partition gets a row (free) before any claim, and one unowned for longer than a lease says so.
+    const unowned = yield* queries.surveyPartitions(options.partitions)
+    const unownedTooLong = recordUnowned(state.unowned, unowned, leaseMs, performance.now())
+    if (unownedTooLong.length > 0)
+      options.log("partitions have had no owner for longer than a lease", { partitions: unownedTooLong })
+
     // Cut off from the transport, or a clock beyond the bound: nothing it owns can be served from here
     // (its time-based decisions could free a slot or expire a hold early), so the others take it.
     const clockBeyond = yield* checkClock(options)
@@ -326,7 +337,9 @@ export const ownershipRound = (options: OwnershipOptions) =>
 
     // Members known dead (their lock gone) lose their partitions now, not when their leases run out.
     const dead = yield* queries.deadOwners()
-    yield* queries.heartbeat(state.owner, false, options.lockKey?.() ?? null)
+    // Without its member lock this process claims nothing: it heartbeats as leaving, so that the
+    // others' counts leave nothing for it (counted in, its share stayed free for as long as the loss).
+    yield* queries.heartbeat(state.owner, !state.memberLockHeld, options.lockKey?.() ?? null)
     const members = yield* queries.liveMembers(leaseMs)
     const count = shareCount(state.owner, members, options.partitions)
     const byPreference = (left: number, right: number) =>

@@ -87,9 +87,11 @@ const route = (options: HttpServerOptions) => (request: IncomingMessage, respons
       return json(response, 200, { status: "ok" })
     case "/readyz": {
       const report = options.readiness.report()
+      const unowned =
+        report.unownedPartitions.length === 0 ? {} : { unownedPartitions: report.unownedPartitions }
       return report.ready
-        ? json(response, 200, { status: "ready" })
-        : json(response, 503, { status: "not_ready", down: report.down, reasons: report.reasons })
+        ? json(response, 200, { status: "ready", ...unowned })
+        : json(response, 503, { status: "not_ready", down: report.down, reasons: report.reasons, ...unowned })
     }
     default:
       options.metrics.scrape().then(

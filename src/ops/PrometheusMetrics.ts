@@ -83,6 +83,8 @@ export interface GaugeSources {
   readonly slotWaiters: () => number
   readonly actorsResident: () => number
   readonly partitionsOwned: () => number
+  /** Partitions no process has held for longer than a lease, as this process's last rounds saw them. */
+  readonly partitionsUnowned: () => number
   readonly eventsPending: () => number
   /** This process's clock minus Postgres's, as last measured (0 until measured, or unchecked). */
   readonly clockOffsetMs: () => number
@@ -325,6 +327,7 @@ export const makePrometheusMetrics = (options: PrometheusMetricsOptions): Promet
     slotWaiters: () => 0,
     actorsResident: () => 0,
     partitionsOwned: () => 0,
+    partitionsUnowned: () => 0,
     eventsPending: () => 0,
     clockOffsetMs: () => 0,
     clockBeyondMax: () => false
@@ -341,6 +344,11 @@ export const makePrometheusMetrics = (options: PrometheusMetricsOptions): Promet
   gauge("quota_slot_waiters", "acquire_slot callers waiting in users' FIFO queues.", (s) => s.slotWaiters())
   gauge("quota_actors_resident", "User actors resident in memory.", (s) => s.actorsResident())
   gauge("quota_partitions_owned", "Partitions this process serves.", (s) => s.partitionsOwned())
+  gauge(
+    "quota_partitions_unowned",
+    "Partitions no process has held for longer than a lease, as this process's ownership rounds saw them.",
+    (s) => s.partitionsUnowned()
+  )
   gauge("quota_events_pending", "Events recorded and not yet published.", (s) => s.eventsPending())
   gauge(
     "quota_clock_offset_seconds",

@@ -5,6 +5,10 @@
  * scope (one `select 1`, bounded by `readinessCheckTimeoutMs`), so a probe never waits on the
  * database and an outage shows within about interval + timeout, and its end as soon after.
  *
+ * Readiness is this process's: a partition that no process has held for longer than a lease (the
+ * ownership round's survey, src/cluster/UnownedPartitions.ts) is listed in the body, ready or not,
+ * without making this process unready (it would take the partitions it serves out of service too).
+ *
  * The 503 body goes to whoever can reach the port, so it says only what is down and a fixed reason;
  * the error itself (hosts, database and user names in Postgres's text) goes to the log, once per
  * change of state, through `onChange`.
@@ -22,6 +26,8 @@ export interface ReadinessReport {
   readonly down: ReadonlyArray<Dependency>
   /** Why each is down, in fixed words (`postgresReasons`, "disconnected"): never an error's text. */
   readonly reasons: Readonly<Partial<Record<Dependency, string>>>
+  /** Partitions no process has held for longer than a lease, in order; empty when all are held. */
+  readonly unownedPartitions: ReadonlyArray<number>
 }
 
 export interface Readiness {
@@ -33,6 +39,8 @@ export interface Readiness {
    * Postgres's clock is beyond the bound, and the process serves nothing). Until called: not checked.
    */
   readonly watchClock: (beyond: () => boolean) => void
+  /** From now on the report lists the partitions `unowned()` gives (the ownership rounds' survey). */
+  readonly watchPartitions: (unowned: () => ReadonlyArray<number>) => void
   /** Asks Postgres `ping` periodically for the life of the scope. Until its first answer: down. */
   readonly watchPostgres: (
     ping: Effect.Effect<void, unknown>,
@@ -69,6 +77,7 @@ const detailOf = (cause: unknown): string => {
 
 export const makeReadiness = (onChange: (change: ReadinessChange) => void = () => {}): Readiness => {
   let natsConnected: (() => boolean) | undefined
+  let unownedPartitions: () => ReadonlyArray<number> = () => []
   let postgresDown: string | undefined = postgresReasons.notChecked
   let clockBeyond: () => boolean = () => false
 
@@ -86,7 +95,7 @@ export const makeReadiness = (onChange: (change: ReadinessChange) => void = () =
     if (postgresDown !== undefined) reasons.postgres = postgresDown
     if (clockBeyond()) reasons.clock = clockBeyondReason
     const down = (Object.keys(reasons) as Array<Dependency>).sort()
-    return { ready: down.length === 0, down, reasons }
+    return { ready: down.length === 0, down, reasons, unownedPartitions: unownedPartitions() }
   }
 
   const watchPostgres: Readiness["watchPostgres"] = (ping, options = {}) => {
@@ -117,6 +126,9 @@ export const makeReadiness = (onChange: (change: ReadinessChange) => void = () =
     },
     watchClock: (beyond) => {
       clockBeyond = beyond
+    },
+    watchPartitions: (unowned) => {
+      unownedPartitions = unowned
     },
     watchPostgres
   }

@@ -38,11 +38,14 @@ let scope: Scope.Closeable
 let port: number
 const changes: Array<ReadinessChange> = []
 const opened: Array<Socket> = []
+/** What the ownership rounds' survey says (serve.ts reads it from the rounds). */
+let unownedPartitions: ReadonlyArray<number> = []
 
 beforeAll(async () => {
   scope = Effect.runSync(Scope.make())
   const readiness = makeReadiness((change) => changes.push(change))
   readiness.watchNats(() => true)
+  readiness.watchPartitions(() => unownedPartitions)
   const server = await Effect.runPromise(
     Effect.gen(function* () {
       yield* readiness.watchPostgres(Effect.fail(postgresError), { intervalMs: 100 })
@@ -250,5 +253,23 @@ describe("GET /readyz while Postgres is down", () => {
     expect(changes).toEqual([
       { dependency: "postgres", down: postgresReasons.failed, detail: postgresError.message }
     ])
+  })
+})
+
+describe("GET /readyz when partitions have had no owner for longer than a lease", () => {
+  it("lists them, without changing what is down", async () => {
+    unownedPartitions = [2, 6]
+    const answer = await get("/readyz")
+    unownedPartitions = []
+    expect({ status: answer.status, body: JSON.parse(answer.body) as unknown }).toEqual({
+      status: 503,
+      body: {
+        status: "not_ready",
+        down: ["postgres"],
+        reasons: { postgres: postgresReasons.failed },
+        unownedPartitions: [2, 6]
+      }
+    })
+    expect(JSON.parse((await get("/readyz")).body)).not.toHaveProperty("unownedPartitions")
   })
 })

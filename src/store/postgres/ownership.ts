@@ -57,7 +57,10 @@ export const ownershipStatements = (schema: string) => ({
   // SHARE a write holds on its owner rows (migration 0004): a row with a write in flight is skipped
   // this round (SKIP LOCKED) and claimed once that write has committed or failed, so no write of the
   // old epoch can land after the claim, and a paused writer holds back only its own partitions.
-  // $1 lists the wanted partitions in order of preference; at most $5 are taken (null: all).
+  // $1 lists the wanted partitions in order of preference; at most $5 are taken (null: all), the
+  // preferred first among those whose lease ran out, then among those without a row. Only partitions
+  // without a row count towards `created`'s limit: counting rows held by others there (the first $5
+  // wanted, whoever held them) left a partition that never had a row claimed by nobody, ever.
   claim: `
     with expired as (
       select partition from "${schema}".partition_owners
@@ -77,6 +80,9 @@ export const ownershipStatements = (schema: string) => ({
       insert into "${schema}".partition_owners (partition, owner, epoch, lease_expires_at)
       select partition, $2, 1, ${databaseNowMs} + $3
       from unnest($1::integer[]) with ordinality as wanted (partition, preference)
+      where not exists (
+        select 1 from "${schema}".partition_owners as owner_row where owner_row.partition = wanted.partition
+      )
       order by preference
       limit greatest(0, coalesce($5, 2147483647) - (select count(*) from taken))
       on conflict (partition) do nothing
@@ -85,6 +91,24 @@ export const ownershipStatements = (schema: string) => ({
     select partition, epoch::text as epoch from taken
     union all
     select partition, epoch::text as epoch from created`,
+  // Gives each of the $1 partitions that has no row one (owner '', epoch 0, lease 0: free), so that
+  // claims find every partition as a row (FOR UPDATE SKIP LOCKED then spreads concurrent claimers over
+  // the free ones instead of two inserting the same), and returns the partitions no lease covers now.
+  surveyPartitions: `
+    with missing as (
+      select wanted.partition from generate_series(0, $1 - 1) as wanted (partition)
+      where not exists (
+        select 1 from "${schema}".partition_owners as owner_row where owner_row.partition = wanted.partition
+      )
+    ), created as (
+      insert into "${schema}".partition_owners (partition, owner, epoch, lease_expires_at)
+      select partition, '', 0, 0 from missing
+      on conflict (partition) do nothing
+    )
+    select partition from missing
+    union all
+    select partition from "${schema}".partition_owners
+    where partition < $1 and lease_expires_at < ${databaseNowMs}`,
   renew: `
     update "${schema}".partition_owners as owner_row
     set lease_expires_at = ${databaseNowMs} + $4
@@ -142,6 +166,11 @@ export interface OwnershipQueries {
     /** At most this many (absent: every claimable one). */
     limit?: number
   ) => Effect.Effect<ReadonlyMap<number, number>, StoreUnavailable>
+  /**
+   * Creates the row of each of the first `partitions` partitions that has none (free), and returns
+   * those that no lease covers now (no row before, lease run out, released).
+   */
+  readonly surveyPartitions: (partitions: number) => Effect.Effect<ReadonlyArray<number>, StoreUnavailable>
   /** Returns the partitions still held (the rest were taken over). */
   readonly renew: (
     owner: string,
@@ -211,6 +240,14 @@ export const makeOwnershipQueries = (
           return new Map(result.rows.map((row) => [row.partition, Number(row.epoch)]))
         },
         catch: storeUnavailable("claim partitions")
+      }),
+    surveyPartitions: (partitions) =>
+      Effect.tryPromise({
+        try: async () =>
+          (await pool.query<{ partition: number }>(statements.surveyPartitions, [partitions])).rows.map(
+            (row) => row.partition
+          ),
+        catch: storeUnavailable("survey partitions")
       }),
     renew: (owner, held, leaseMs) =>
       Effect.tryPromise({
