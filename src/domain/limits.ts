@@ -243,6 +243,23 @@ export const clockOffsetMaxMsMax = 60_000
  */
 export const clockSamplesPerMeasurementMax = 3
 
+/**
+ * How long one attempt to reach a NATS server may take, from the TCP connect to the server's answer
+ * to the first PING (nats.js's `timeout`, 20 s by default). Past it the attempt is given up and the
+ * next begins natsReconnectWaitMs after the last began. An attempt begun during a silent cut (the
+ * network lost its packets, the server's greeting among them) is given up within this, not waited out
+ * for up to 20 s after the network healed. A server slower than this to greet (TLS over a long,
+ * loaded path) is never reached: raise it then. At start, one such attempt fails `serve`, as a refused
+ * connection does.
+ */
+export const natsConnectAttemptTimeoutMs = 1_500
+/**
+ * Between the starts of two attempts to reach the same server (nats.js's reconnectTimeWait, 2 s by
+ * default; plus its jitter of up to 100 ms): a healed network or a restarted server is reached within
+ * about max(this, natsConnectAttemptTimeoutMs).
+ */
+export const natsReconnectWaitMs = 1_000
+
 /** Connections of the pool that heartbeats and renews partition leases, apart from the store's. */
 export const ownershipPoolConnections = 2
 

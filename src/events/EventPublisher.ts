@@ -22,6 +22,12 @@
  * before the next), then advanced with every acknowledgement. Rows at or below it are removed without
  * being published again. That holds only because a partition's rows commit in seq order: each write
  * that records events locks its partitions' outboxes first (writeEvents.ts, outboxLockNamespace).
+ *
+ * A publish that failed has an unknown outcome: a timeout or a lost connection may come after the
+ * stream stored the event and only its acknowledgement was lost. So the last recording order is read
+ * from the stream again before the next publish: a retry after the duplicate window would otherwise
+ * store the event a second time. What the stream stores after that read (a publish still in flight
+ * when it was made) is stored within the window of the retry that follows it, which keeps one copy.
  */
 import { Deferred, Duration, Effect, Exit, FiberMap } from "effect"
 import type { Scope } from "effect"
@@ -75,7 +81,8 @@ export const publishedBody = (row: OutboxRow, partition: number, databaseTag: st
   })
 }
 
-type Outcome = "drained" | "more" | "failed" | "lost"
+/** `doubtful`: a publish failed, and the stream may hold its event (only the acknowledgement lost). */
+type Outcome = "drained" | "more" | "failed" | "doubtful" | "lost"
 
 export const makeEventPublisher = (
   options: EventPublisherOptions
@@ -142,7 +149,7 @@ export const makeEventPublisher = (
               partition,
               error: String(Exit.isFailure(sent) ? sent.cause : "")
             })
-            outcome = "failed"
+            outcome = "doubtful"
             break
           }
           published.push(row.seq)
@@ -186,7 +193,9 @@ export const makeEventPublisher = (
           }
           const outcome = progress === undefined ? "failed" : yield* publishSome(partition, progress)
           if (outcome === "more") continue
-          if (outcome === "failed") {
+          // What the stream holds is read again before the next publish: the failed one may be in it.
+          if (outcome === "doubtful") progress = undefined
+          if (outcome === "failed" || outcome === "doubtful") {
             yield* Effect.sleep(Duration.millis(retryDelayMs))
             retryDelayMs = Math.min(eventsRetryDelayMsMax, retryDelayMs * 2)
             continue

@@ -15,8 +15,10 @@ import { Coordinator } from "../actors/Coordinator.js"
 import type { Settings } from "../config/settings.js"
 import {
   messageBytesMax,
+  natsConnectAttemptTimeoutMs,
   natsPingIntervalMsMin,
   natsPingsOutstandingMax,
+  natsReconnectWaitMs,
   subscribeFlushWaitMs,
   subscriptionDrainWaitMs,
   transportDrainMs
@@ -135,6 +137,10 @@ const connectServer = (options: NatsServerOptions) =>
     // Keep trying through outages: the client resubscribes on reconnect. An authorization error
     // still ends the connection (nats.js gives up on it), which ends `serve` with the reason.
     maxReconnectAttempts: -1,
+    // An attempt begun while the network was silent lost the server's greeting: given up soon, so the
+    // process is back soon after the network heals (not when nats.js's 20 s timeout ends).
+    timeout: natsConnectAttemptTimeoutMs,
+    reconnectTimeWait: natsReconnectWaitMs,
     // A silent connection is only seen by unanswered pings.
     ...(options.pingIntervalMs === undefined
       ? {}

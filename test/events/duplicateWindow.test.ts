@@ -4,7 +4,8 @@
  * the stream's duplicate window, the same ids published again are new messages to the stream. Here the
  * window is 300 ms and the outbox's removal fails for well past it: first for the publisher that
  * published the rows (an outage), then for a fresh publisher of another "process" that finds the rows
- * still in the outbox (a crash after publishing). Each event must be in the stream once.
+ * still in the outbox (a crash after publishing). Each event must be in the stream once. And (issue 26,
+ * item 5) a publish stored by the stream whose acknowledgement was lost, retried past the window.
  */
 import { connect } from "@nats-io/transport-node"
 import type { NatsConnection } from "@nats-io/transport-node"
@@ -16,7 +17,8 @@ import type { StoreEvent } from "../../src/domain/events.js"
 import { partitionOf } from "../../src/domain/partition.js"
 import { makeEventPublisher } from "../../src/events/EventPublisher.js"
 import type { OutboxShape } from "../../src/events/Outbox.js"
-import { makeJetStreamSink } from "../../src/events/JetStreamSink.js"
+import type { EventSinkShape } from "../../src/events/JetStreamSink.js"
+import { EventsUnavailable, makeJetStreamSink } from "../../src/events/JetStreamSink.js"
 import { OutboxCounts } from "../../src/events/OutboxCounts.js"
 import { noMetrics } from "../../src/ops/MetricsRecorder.js"
 import { migrate } from "../../src/store/postgres/migrate.js"
@@ -75,18 +77,24 @@ const outboxAwayWhile = (away: { value: boolean }): OutboxShape => {
   }
 }
 
-const startPublisher = (prefix: string, outbox: OutboxShape) =>
+const startPublisher = (
+  prefix: string,
+  outbox: OutboxShape,
+  wrapSink: (sink: EventSinkShape) => EventSinkShape = (sink) => sink
+) =>
   acquireScoped(
     makeEventPublisher({
       outbox,
-      sink: makeJetStreamSink(nc, prefix, {
-        ...eventSettingsDefaults,
-        maxBytes: testEventsMaxBytes,
-        enabled: true,
-        streamName: `${prefix.toUpperCase()}_EVENTS`,
-        outboxPerPartitionMax: 100,
-        duplicateWindowMs
-      }),
+      sink: wrapSink(
+        makeJetStreamSink(nc, prefix, {
+          ...eventSettingsDefaults,
+          maxBytes: testEventsMaxBytes,
+          enabled: true,
+          streamName: `${prefix.toUpperCase()}_EVENTS`,
+          outboxPerPartitionMax: 100,
+          duplicateWindowMs
+        })
+      ),
       counts: new OutboxCounts(100),
       prefix,
       servable: () => true,
@@ -151,4 +159,35 @@ describe("events past the duplicate window", () => {
     await second.close()
     await (await jetstreamManager(nc)).streams.delete(stream)
   }, 40_000)
+
+  it("are not published again when an acknowledgement was lost and the retry came past the window", async () => {
+    const prefix = randomPrefix("lostack")
+    const stream = `${prefix.toUpperCase()}_EVENTS`
+    const user = userOn("lostack")
+    await Effect.runPromise(store.value.write([1, 2, 3].map((limit) => limitChanged(user, limit))))
+    // The first publish is stored, but its acknowledgement never comes back: the publisher hears of a
+    // failure (a timeout) only after the duplicate window has passed.
+    let publishes = 0
+    const ackLostOnce = (sink: EventSinkShape): EventSinkShape => ({
+      ...sink,
+      publish: (subject, body, eventId) => {
+        publishes += 1
+        if (publishes > 1) return sink.publish(subject, body, eventId)
+        return Effect.andThen(
+          sink.publish(subject, body, eventId),
+          Effect.andThen(
+            Effect.sleep(2 * duplicateWindowMs),
+            Effect.fail(new EventsUnavailable({ reason: "the acknowledgement was lost (test)" }))
+          )
+        )
+      }
+    })
+    const publisher = await startPublisher(prefix, outboxAwayWhile({ value: false }), ackLostOnce)
+    await Effect.runPromise(publisher.value.start([partition]))
+    await waitFor(outboxEmpty, 10_000, () => "the outbox was not emptied")
+    expect(publishes).toBeGreaterThan(1)
+    expect(await streamLimits(stream)).toEqual([1, 2, 3])
+    await publisher.close()
+    await (await jetstreamManager(nc)).streams.delete(stream)
+  }, 20_000)
 })

@@ -3,7 +3,7 @@
  * its own, so the tests that start `serve` as a process start it as deployed (compiled JavaScript,
  * the Dockerfile's node flags) and their restart times are the deployed ones: tsx compiles every
  * module again at each start, which took about half of a restart (about 1 s against 0.5 s).
- * Built on every run, never stale; under node_modules/ so the compiled files resolve its packages.
+ * Built on every run, never stale; where, compiledServe.ts says.
  */
 import { execFile } from "node:child_process"
 import { cp, rm } from "node:fs/promises"

@@ -5,7 +5,11 @@
  * - reset mode (`cut`): every connection reset, new ones refused (the server died, the port closed);
  * - silent mode (`silence`): nothing forwarded either way and nothing closed (a network partition):
  *   bytes wait in the proxy, connections made meanwhile are accepted and get no byte (not even the
- *   server's greeting) until `resume`, which forwards again what is still open, or `cut`.
+ *   server's greeting) until `resume`, which forwards again what is still open, or `cut`;
+ * - silent and losing (`silence("lost")`): the same, but what is sent meanwhile is lost, as a network
+ *   that drops packets (a proxy that passes nothing): a connection made meanwhile loses the server's
+ *   greeting, and a close by the server meanwhile never reaches the client, so a client waits for what
+ *   it lost until it gives the attempt up, even once `resume`d.
  */
 import net from "node:net"
 
@@ -15,8 +19,11 @@ export interface TcpProxy {
   readonly cut: () => Promise<void>
   /** Accepts connections again on the same port. */
   readonly restore: () => Promise<void>
-  /** Stops forwarding bytes both ways, closing nothing (a connection made meanwhile waits, silent). */
-  readonly silence: () => void
+  /**
+   * Stops forwarding bytes both ways, closing nothing (a connection made meanwhile waits, silent). What
+   * is sent meanwhile waits in the proxy ("held", the default) or is lost ("lost").
+   */
+  readonly silence: (bytes?: "held" | "lost") => void
   /** Forwards again on every connection still open (what waited in the proxy goes through first). */
   readonly resume: () => void
   readonly close: () => Promise<void>
@@ -25,27 +32,44 @@ export interface TcpProxy {
 interface Pair {
   readonly client: net.Socket
   upstream: net.Socket | undefined
+  /** The server closed its side while bytes were lost: the client's side stays open, and silent. */
+  severed: boolean
 }
+
+/** Reads and drops what arrives on a socket while the proxy loses bytes. */
+const discard = (_chunk: Buffer): void => {}
 
 export const startTcpProxy = async (targetHost: string, targetPort: number): Promise<TcpProxy> => {
   const pairs = new Set<Pair>()
-  let silent = false
+  let silent: false | "held" | "lost" = false
   const drop = (pair: Pair) => {
     pair.client.destroy()
     pair.upstream?.destroy()
     pairs.delete(pair)
   }
-  /** Connects the pair's upstream (once) and forwards both ways. */
-  const forward = (pair: Pair) => {
+  /** Connects the pair's upstream (once). */
+  const connectUpstream = (pair: Pair): net.Socket => {
     if (pair.upstream === undefined) {
       const upstream = net.connect(targetPort, targetHost)
       pair.upstream = upstream
-      upstream.on("error", () => drop(pair)).on("close", () => drop(pair))
+      const closed = () => {
+        if (silent === "lost") pair.severed = true
+        else drop(pair)
+      }
+      upstream.on("error", closed).on("close", closed)
     }
-    pair.client.pipe(pair.upstream)
-    pair.upstream.pipe(pair.client)
+    return pair.upstream
+  }
+  /** Connects the pair's upstream (once) and forwards both ways. */
+  const forward = (pair: Pair) => {
+    if (pair.severed) return
+    const upstream = connectUpstream(pair)
+    pair.client.off("data", discard)
+    upstream.off("data", discard)
+    pair.client.pipe(upstream)
+    upstream.pipe(pair.client)
     pair.client.resume()
-    pair.upstream.resume()
+    upstream.resume()
   }
   const hold = (pair: Pair) => {
     if (pair.upstream !== undefined) {
@@ -55,12 +79,19 @@ export const startTcpProxy = async (targetHost: string, targetPort: number): Pro
     }
     pair.client.pause()
   }
+  /** Reads and drops both ways; the upstream is connected, so the server's greeting is lost too. */
+  const lose = (pair: Pair) => {
+    hold(pair)
+    const upstream = connectUpstream(pair)
+    for (const socket of [pair.client, upstream]) socket.on("data", discard).resume()
+  }
   const makeServer = () =>
     net.createServer((client) => {
-      const pair: Pair = { client, upstream: undefined }
+      const pair: Pair = { client, upstream: undefined, severed: false }
       pairs.add(pair)
       client.on("error", () => drop(pair)).on("close", () => drop(pair))
-      if (silent) client.pause()
+      if (silent === "held") client.pause()
+      else if (silent === "lost") lose(pair)
       else forward(pair)
     })
   let server = makeServer()
@@ -79,9 +110,9 @@ export const startTcpProxy = async (targetHost: string, targetPort: number): Pro
       server = makeServer()
       await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve))
     },
-    silence: () => {
-      silent = true
-      for (const pair of pairs) hold(pair)
+    silence: (bytes = "held") => {
+      silent = bytes
+      for (const pair of pairs) (bytes === "held" ? hold : lose)(pair)
     },
     resume: () => {
       silent = false
