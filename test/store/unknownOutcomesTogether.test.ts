@@ -10,24 +10,21 @@
  * reload always finds that settle running; the lock is let go (D2 commits if it is still there) once
  * u2's load was answered or D2 is gone, whichever comes first.
  */
-import { randomInt } from "node:crypto"
 import { Context, Effect, Layer } from "effect"
-import pg from "pg"
+import type pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { CoordinatorShape } from "../../src/actors/Coordinator.js"
 import { Coordinator, coordinatorLayer } from "../../src/actors/Coordinator.js"
 import type { Command } from "../../src/domain/commands.js"
 import { defaultConfig } from "../../src/domain/config.js"
 import type { Result } from "../../src/domain/results.js"
-import { migrate } from "../../src/store/postgres/migrate.js"
-import { makePostgresStore, poolConfig } from "../../src/store/postgres/PostgresStore.js"
+import { makePostgresStore } from "../../src/store/postgres/PostgresStore.js"
 import { Store } from "../../src/store/Store.js"
 import type { TestSchema } from "../support/database.js"
 import { commitCommand, reserveCommand, retryingUnavailable } from "../support/commands.js"
 import { acquireScoped, createTestSchema } from "../support/database.js"
-import { slowFirstCommitOfH10 } from "../support/slowCommit.js"
+import { heldLock, slowCommitPool, slowFirstCommitOfH10, until } from "../support/slowCommit.js"
 
-const queryTimeoutMs = 1_000
 /** How long the settle for D1 is held after both groups were answered: u2's reload reaches it by then. */
 const settleHeldMs = 150
 
@@ -36,25 +33,19 @@ describe("two commits of unknown outcome close together", () => {
   let admin: pg.Pool
   let pool: pg.Pool
   let coordinator: { value: CoordinatorShape; close: () => Promise<void> }
-  const applicationName = `doubts-${process.pid}-${Date.now()}`
+  let applicationName: string
   let releaseSettle: () => void = () => {}
   let settleHeld: Promise<void> | undefined
   const errors: Array<string> = []
   /** The users of every load the store sent and got an answer to, in order. */
   const loaded: Array<string> = []
-  /** The advisory lock the COMMITs wait for, held by `holder` until the test lets go. */
-  const lockKey = randomInt(2 ** 31 - 1)
-  let holder: pg.PoolClient | undefined
+  /** The lock the slow COMMITs wait for. */
+  let lock: Awaited<ReturnType<typeof heldLock>> | undefined
 
   beforeAll(async () => {
     database = createTestSchema("doubts_together")
     admin = database.pool({ max: 2 })
-    pool = new pg.Pool({
-      ...poolConfig(database.connectionString, 10, true, { queryTimeoutMs }),
-      application_name: applicationName
-    })
-    pool.on("error", () => {})
-    await Effect.runPromise(migrate(pool, database.schema))
+    ;({ pool, applicationName } = await slowCommitPool(database.connectionString, database.schema, 10))
     // The store's own statements, except that the first ending of a backend waits for the test.
     const query = pool.query.bind(pool) as (...args: Array<unknown>) => Promise<unknown>
     let held = false
@@ -98,20 +89,13 @@ describe("two commits of unknown outcome close together", () => {
       }
     }
     // The first commit of each user's hold h10 waits in COMMIT for the lock.
-    await slowFirstCommitOfH10(
-      admin,
-      database.schema,
-      ["u1", "u2"],
-      `pg_advisory_xact_lock_shared(${lockKey})`
-    )
-    holder = await admin.connect()
-    await holder.query("select pg_advisory_lock($1)", [lockKey])
+    lock = await heldLock(admin)
+    await slowFirstCommitOfH10(admin, database.schema, ["u1", "u2"], lock.wait)
   })
 
   afterAll(async () => {
     releaseSettle()
-    await holder?.query("select pg_advisory_unlock_all()")
-    holder?.release()
+    await lock?.end()
     await coordinator?.close()
     await pool?.end()
     await database?.drop()
@@ -132,14 +116,6 @@ describe("two commits of unknown outcome close together", () => {
         [applicationName]
       )
     ).rows.map((row) => row.pid)
-  const until = async (condition: () => Promise<boolean>, what: string): Promise<void> => {
-    const deadline = performance.now() + 5_000
-    while (!(await condition())) {
-      if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-      await new Promise((resolve) => setTimeout(resolve, 5))
-    }
-  }
-
   it("loads neither user before both commits are final, and never grants past the limit", async () => {
     for (const user of ["u1", "u2"]) {
       for (const [id, amount] of [
@@ -172,7 +148,7 @@ describe("two commits of unknown outcome close together", () => {
       async () => loaded.filter((user) => user === "u2").length > loadsOfU2 || (await d2Gone()),
       "u2's reload or the end of D2"
     )
-    await holder!.query("select pg_advisory_unlock($1)", [lockKey])
+    await lock!.release()
 
     const outcomes: Record<string, unknown> = {}
     for (const user of ["u1", "u2"]) {
