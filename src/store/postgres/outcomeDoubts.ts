@@ -77,7 +77,7 @@ const matchingSql = `
   join pg_stat_activity as activity
     on activity.pid = doubt.pid and ${microseconds("activity.backend_start")} = doubt.started_us`
 const terminateSql = `select pg_terminate_backend(activity.pid) ${matchingSql}`
-const aliveSql = `select doubt.pid ${matchingSql}`
+const aliveSql = `select doubt.pid, doubt.started_us::text as started_us ${matchingSql}`
 const serverStartedSql = `select ${microseconds("pg_postmaster_start_time()")}::text as started_us`
 
 export const makeOutcomeDoubts = (pool: pg.Pool, enabled: boolean): OutcomeDoubts => {
@@ -105,11 +105,15 @@ export const makeOutcomeDoubts = (pool: pg.Pool, enabled: boolean): OutcomeDoubt
     const deadline = performance.now() + storeOutcomeSettleWaitMs
     for (;;) {
       const alive = new Set(
-        (await pool.query<{ pid: number }>(aliveSql, matching(left.map(([, backend]) => backend)))).rows.map(
-          (row) => row.pid
-        )
+        (
+          await pool.query<{ pid: number; started_us: string }>(
+            aliveSql,
+            matching(left.map(([, backend]) => backend))
+          )
+        ).rows.map((row) => `${row.pid}@${row.started_us}`)
       )
-      for (const [order, backend] of left) if (!alive.has(backend.pid)) doubts.delete(order)
+      for (const [order, backend] of left)
+        if (!alive.has(`${backend.pid}@${backend.startedUs}`)) doubts.delete(order)
       left = left.filter(([order]) => doubts.has(order))
       if (left.length === 0) return
       if (performance.now() >= deadline)
