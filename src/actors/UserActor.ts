@@ -33,7 +33,7 @@ import {
 import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
 import { failedWriteRetryDelayMs, recallIdsMax } from "../domain/limits.js"
 import { turnEndsAt } from "./turn.js"
-import type { StoreShape } from "../store/Store.js"
+import type { StoreShape, StoreUnavailable } from "../store/Store.js"
 import { busyResult } from "../domain/slots.js"
 import type { RecencyLinks, RecencyList } from "./RecencyList.js"
 
@@ -385,6 +385,27 @@ const recallForgottenIds = (
   })
 }
 
+/**
+ * A write refused as a repeat of a change the store already holds says memory was behind the database:
+ * a decision was made again from a state that missed it (issue 26). Reported as such, with the
+ * constraint, so it is never read as one more failed write.
+ */
+const reportWriteFailed = (
+  user: string,
+  cause: Cause.Cause<StoreUnavailable>,
+  settings: ActorSettings
+): void => {
+  const error = Cause.findErrorOption(cause)
+  const alreadyHeld = Option.isSome(error) ? error.value.alreadyHeld : undefined
+  settings.onError(
+    user,
+    alreadyHeld === undefined
+      ? "write failed"
+      : `memory was behind the database: the store already holds a change decided again (${alreadyHeld})`,
+    Cause.squash(cause)
+  )
+}
+
 const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<void> =>
   Effect.gen(function* () {
     let state = actor.state
@@ -448,7 +469,7 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
         if (Exit.isSuccess(written)) {
           confirmed = decided
           settings.onPersisted(confirmed.events)
-        } else settings.onError(actor.user, "write failed", Cause.squash(written.cause))
+        } else reportWriteFailed(actor.user, written.cause, settings)
       }
 
       if (confirmed === undefined) {

@@ -163,9 +163,9 @@ export const storeQueryTimeoutMs = 10_000
 
 /**
  * A group whose COMMIT's answer never came (the query timeout, a lost connection) may still commit on
- * the server. Before any user is loaded again, the store ends that transaction's backend and waits for
- * it to be gone, so the load sees its final outcome. Past this wait (the backend still there, or the
- * server unreachable) loads fail with `StoreUnavailable` and the next load tries again.
+ * the server. Before any later load or write group, the store ends that transaction's backend and waits
+ * for it to be gone, so what follows sees its final outcome. Past this wait (the backend still there, or
+ * the server unreachable) those loads and writes fail with `StoreUnavailable` and the next one tries again.
  */
 export const storeOutcomeSettleWaitMs = 2_000
 

@@ -32,6 +32,19 @@ export class PartitionsFenced extends Error {
 }
 
 /**
+ * A server process, known so that it cannot be mistaken for a later one: a pid alone is reused, by a
+ * later session of the same server or by any session after a restart. Times are integer microseconds
+ * (text: exact, compared as the server computed them).
+ */
+export interface BackendIdentity {
+  readonly pid: number
+  /** When the process started (`pg_stat_activity.backend_start`). */
+  readonly startedUs: string
+  /** When its server started (`pg_postmaster_start_time()`): another value means another server run. */
+  readonly serverStartedUs: string
+}
+
+/**
  * A group's transaction was sent, COMMIT included, and no answer says how it ended (the client's query
  * timeout destroyed the connection, or the connection was lost): the server may still commit it.
  * `backend` is the server process that ran it, so the store can make its outcome final before anyone
@@ -40,11 +53,11 @@ export class PartitionsFenced extends Error {
 export class WriteOutcomeUnknown extends Error {
   override readonly name = "WriteOutcomeUnknown"
   constructor(
-    readonly backend: number,
+    readonly backend: BackendIdentity,
     override readonly cause: unknown
   ) {
     super(
-      `the outcome of a commit is unknown (backend ${backend}): ${cause instanceof Error ? cause.message : String(cause)}`
+      `the outcome of a commit is unknown (backend ${backend.pid}): ${cause instanceof Error ? cause.message : String(cause)}`
     )
   }
 }

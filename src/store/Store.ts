@@ -10,6 +10,12 @@ import type { RecalledIds, StoreEvent, StoredUser } from "../domain/events.js"
 export class StoreUnavailable extends Data.TaggedError("StoreUnavailable")<{
   readonly reason: string
   readonly cause?: unknown
+  /**
+   * The write was refused because the store already holds a change it repeats (the constraint that
+   * refused it, e.g. a ledger key applied once): the writer's memory was behind the database. Never
+   * expected: the caller reports it loudly, then reloads as after any failed write.
+   */
+  readonly alreadyHeld?: string
 }> {}
 
 export interface StoreShape {

@@ -20,6 +20,7 @@ import type { StoreShape } from "../../src/store/Store.js"
 import { postgresStoreLayer } from "../../src/store/postgres/PostgresStore.js"
 import type { TestSchema } from "../support/database.js"
 import { acquireScoped, createTestSchema } from "../support/database.js"
+import { commitCommand, reserveCommand } from "../support/commands.js"
 
 const partitions = 64
 let database: TestSchema
@@ -84,15 +85,8 @@ const seedAdjustIds = async (user: string, prefix: string, count: number): Promi
   )
 }
 
-const reserve = (user: string, id: string, amount = 1): Command => ({
-  op: "reserve",
-  user,
-  meter: "analysis",
-  amount,
-  id,
-  ttlMs: 600_000
-})
-const commit = (user: string, id: string): Command => ({ op: "commit", user, id, amount: undefined })
+const reserve = reserveCommand
+const commit = commitCommand
 const adjust = (user: string, id: string): Command => ({
   op: "adjust",
   user,

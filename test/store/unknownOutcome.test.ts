@@ -17,7 +17,9 @@ import { defaultConfig } from "../../src/domain/config.js"
 import type { Result } from "../../src/domain/results.js"
 import { postgresStoreLayer } from "../../src/store/postgres/PostgresStore.js"
 import type { TestSchema } from "../support/database.js"
+import { commitCommand, reserveCommand, retryingUnavailable } from "../support/commands.js"
 import { acquireScoped, createTestSchema } from "../support/database.js"
+import { slowFirstCommitOfH10 } from "../support/slowCommit.js"
 
 const queryTimeoutMs = 1_000
 /** Longer than the query timeout: the client gives up while the server is still inside COMMIT. */
@@ -48,22 +50,8 @@ describe("a write whose outcome is unknown", () => {
         return Context.get(context, Coordinator)
       })
     )
-    // The first commit of hold h10 sleeps in COMMIT (a deferred trigger runs there); a sequence is not
-    // transactional, so a retry of the same commit does not sleep again.
-    const schema = `"${database.schema}"`
-    await admin.query(`
-      create sequence ${schema}.slow_commits;
-      create function ${schema}.sleep_in_commit() returns trigger language plpgsql as $$
-      begin
-        if nextval('${database.schema}.slow_commits') = 1 then
-          perform pg_sleep(${commitSleepMs / 1_000});
-        end if;
-        return null;
-      end $$;
-      create constraint trigger sleep_in_commit after insert on ${schema}.usage_ledger
-        deferrable initially deferred for each row
-        when (new.hold_id = 'h10' and new.operation = 'commit')
-        execute function ${schema}.sleep_in_commit();`)
+    // The first commit of hold h10 sleeps in COMMIT; a retry of the same commit does not sleep again.
+    await slowFirstCommitOfH10(admin, database.schema, ["u1"], `pg_sleep(${commitSleepMs / 1_000})`)
   })
 
   afterAll(async () => {
@@ -72,22 +60,9 @@ describe("a write whose outcome is unknown", () => {
   })
 
   const submit = (command: Command): Promise<Result> => Effect.runPromise(coordinator.value.submit(command))
-  /** As a client does: `unavailable` is retried with the same id. */
-  const submitRetrying = async (command: Command): Promise<Result> => {
-    for (let attempt = 1; ; attempt += 1) {
-      const result = await submit(command)
-      if (result.status !== "unavailable" || attempt === 5) return result
-    }
-  }
-  const reserve = (id: string, amount: number): Command => ({
-    op: "reserve",
-    user: "u1",
-    meter: "analysis",
-    amount,
-    id,
-    ttlMs: 600_000
-  })
-  const commit = (id: string): Command => ({ op: "commit", user: "u1", id, amount: undefined })
+  const submitRetrying = retryingUnavailable(submit)
+  const reserve = (id: string, amount: number): Command => reserveCommand("u1", id, amount)
+  const commit = (id: string): Command => commitCommand("u1", id)
 
   it("never grants past the limit, and the running total stays the ledger's sum", async () => {
     for (const [id, amount] of [

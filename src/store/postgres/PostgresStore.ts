@@ -19,7 +19,7 @@ import {
 } from "../../domain/limits.js"
 import type { Fence } from "../Fence.js"
 import { PartitionsFenced, WriteOutcomeUnknown } from "../Fence.js"
-import { makeOutcomeDoubts } from "./outcomeDoubts.js"
+import { identifyBackend, makeOutcomeDoubts } from "./outcomeDoubts.js"
 import type { MetricsRecorder } from "../../ops/MetricsRecorder.js"
 import type { OutboxCounts } from "../../events/OutboxCounts.js"
 import { Outbox } from "../../events/Outbox.js"
@@ -215,11 +215,24 @@ export const makePostgresStore = (
     }
 
     const metrics = options.metrics ?? noMetrics
-    const doubts = makeOutcomeDoubts(pool, options.settleUnknownOutcomes ?? options.pipelined ?? false)
+    const settleUnknownOutcomes = options.settleUnknownOutcomes ?? options.pipelined ?? false
+    const doubts = makeOutcomeDoubts(pool, settleUnknownOutcomes)
     const commitGroup = (writes: ReadonlyArray<FencedWrite>) =>
       Effect.tryPromise({
-        try: () =>
-          writeGroup(pool, statements, writes, partitions, options.fence, options.pipelined ?? false),
+        try: async () => {
+          // No group starts while a commit of unknown outcome recorded before it may still land: its rows
+          // would be decided from memory that the late commit is about to contradict.
+          if (doubts.pending()) await doubts.settle()
+          await writeGroup(
+            pool,
+            statements,
+            writes,
+            partitions,
+            options.fence,
+            options.pipelined ?? false,
+            settleUnknownOutcomes ? identifyBackend : undefined
+          )
+        },
         catch: (cause) => {
           if (cause instanceof PartitionsFenced) metrics.writeFenced()
           // Recorded before any waiter hears of the failure: the reloads it causes wait for the outcome.

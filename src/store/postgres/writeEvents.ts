@@ -7,7 +7,7 @@
 import pg from "pg"
 import type { HoldRecord, LedgerOperation, StoreEvent } from "../../domain/events.js"
 import { fnv1a32OfString, partitionOf } from "../../domain/partition.js"
-import type { Fence } from "../Fence.js"
+import type { BackendIdentity, Fence } from "../Fence.js"
 import { PartitionsFenced, WriteOutcomeUnknown } from "../Fence.js"
 import { integerArrayLiteral, textArrayLiteral } from "./arrayLiteral.js"
 import { toStoredTextOrNull } from "./storedText.js"
@@ -383,7 +383,9 @@ const lostPartitionsOf = (error: unknown): ReadonlyArray<number> | undefined => 
  * Runs the group's statements between BEGIN and COMMIT on one client: BEGIN, the fence check (when
  * scaled out), one statement per table, COMMIT. With `pipelined` they are all sent at once and cost
  * one round trip; a failure anywhere aborts the transaction and COMMIT answers ROLLBACK, so the
- * group is all or nothing either way.
+ * group is all or nothing either way. `identify` names the connection's server process before anything
+ * is sent, so that a COMMIT left without an answer can be made final (WriteOutcomeUnknown); without
+ * it (the embedded database, one session) such a failure is thrown as it came.
  */
 export const writeGroup = async (
   pool: pg.Pool,
@@ -391,7 +393,8 @@ export const writeGroup = async (
   writes: ReadonlyArray<FencedWrite>,
   partitions: number,
   fence?: Fence,
-  pipelined = false
+  pipelined = false,
+  identify?: (client: pg.PoolClient) => Promise<BackendIdentity>
 ): Promise<void> => {
   const events = writes.length === 1 ? writes[0]!.events : writes.flatMap((write) => write.events)
   const queries = groupQueries(statements, collapseEvents(events), partitions)
@@ -404,6 +407,7 @@ export const writeGroup = async (
   all.push(...queries, { text: "commit", values: [] })
 
   await withCheckedOutClient(pool, async (client) => {
+    const backend = identify === undefined ? undefined : await identify(client)
     const settled = pipelined
       ? await Promise.allSettled(submitCorked(client, all))
       : await sequentially(client, all)
@@ -419,7 +423,6 @@ export const writeGroup = async (
           (outcome) => outcome.status === "rejected" && outcome.reason instanceof pg.DatabaseError
         )
       ) {
-        const backend = backendOf(client)
         if (backend !== undefined) throw new WriteOutcomeUnknown(backend, failure.reason)
       }
       const lost = lostPartitionsOf(failure.reason)
@@ -438,12 +441,6 @@ export const writeGroup = async (
       throw new Error(`commit answered ${commit.value.command}`)
     }
   })
-}
-
-/** The server process behind a connection (pg reads it at connect; its types do not declare it). */
-const backendOf = (client: pg.PoolClient): number | undefined => {
-  const backend = (client as unknown as { processID?: unknown }).processID
-  return typeof backend === "number" ? backend : undefined
 }
 
 /**

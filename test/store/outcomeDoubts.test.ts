@@ -1,0 +1,163 @@
+/**
+ * Commits of unknown outcome (outcomeDoubts.ts), issue 26 item 1, on the real server:
+ * - no write group starts while a doubt recorded before it may still commit: the evidence's 27-71
+ *   refusals as duplicates were writes sent while the doubtful backend still ran, ended only after;
+ * - a backend is ended only if pid, start and server start all match (a reused pid is someone else);
+ * - a write refused because the ledger already holds it is reported as memory behind the database.
+ */
+import { Context, Effect, Exit, Layer } from "effect"
+import type pg from "pg"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { Coordinator, coordinatorLayer } from "../../src/actors/Coordinator.js"
+import { defaultConfig } from "../../src/domain/config.js"
+import type { StoreEvent } from "../../src/domain/events.js"
+import { identifyBackend, makeOutcomeDoubts } from "../../src/store/postgres/outcomeDoubts.js"
+import type { PostgresStore } from "../../src/store/postgres/PostgresStore.js"
+import { makePostgresStore } from "../../src/store/postgres/PostgresStore.js"
+import { Store } from "../../src/store/Store.js"
+import { commitCommand, reserveCommand } from "../support/commands.js"
+import type { TestSchema } from "../support/database.js"
+import { acquireScoped, createTestSchema } from "../support/database.js"
+import { heldLock, slowCommitPool, slowFirstCommitOfH10, until } from "../support/slowCommit.js"
+
+describe("commits of unknown outcome", () => {
+  let database: TestSchema
+  let admin: pg.Pool
+  let pool: pg.Pool
+  let applicationName: string
+  let store: { value: PostgresStore; close: () => Promise<void> }
+  /** The lock the slow COMMIT waits for. */
+  let lock: Awaited<ReturnType<typeof heldLock>> | undefined
+
+  beforeAll(async () => {
+    database = createTestSchema("outcome_doubts")
+    admin = database.pool({ max: 3 })
+    ;({ pool, applicationName } = await slowCommitPool(database.connectionString, database.schema, 4))
+    store = await acquireScoped(
+      makePostgresStore({ pool, schema: database.schema, partitions: 64, pipelined: true })
+    )
+    lock = await heldLock(admin)
+    await slowFirstCommitOfH10(admin, database.schema, ["w1"], lock.wait)
+  })
+
+  afterAll(async () => {
+    await lock?.end()
+    await store?.close()
+    await pool?.end()
+    await database?.drop()
+  })
+
+  /** Backends of the store's pool waiting for a lock of `kind` ('advisory': the slow COMMIT). */
+  const waitingFor = async (kind: string): Promise<number> =>
+    (
+      await admin.query(
+        "select 1 from pg_stat_activity where application_name = $1 and wait_event_type = 'Lock' and wait_event = $2",
+        [applicationName, kind]
+      )
+    ).rowCount ?? 0
+
+  it("starts no write group while an earlier commit of unknown outcome may still land", async () => {
+    const at = Date.now()
+    // Memory behind the database, as after a load that missed the doubtful commit: the same decision twice.
+    const commitOfH10: StoreEvent = {
+      kind: "ledger",
+      user: "w1",
+      meter: "analysis",
+      periodStart: null,
+      operation: "commit",
+      holdId: "h10",
+      key: "",
+      requested: 10,
+      delta: 10,
+      at
+    }
+    const first = await Effect.runPromiseExit(store.value.write([commitOfH10]))
+    expect(Exit.isFailure(first), "the first COMMIT gets no answer").toBe(true)
+    expect(await waitingFor("advisory"), "and is still running on the server").toBe(1)
+
+    const second = Effect.runPromiseExit(store.value.write([commitOfH10]))
+    let secondDone = false
+    void second.then(() => (secondDone = true))
+    // Today's bug: the second group runs at once and waits behind the first's row (its transaction id);
+    // the first then commits. Fixed: the first is ended before the second group starts.
+    await until(
+      async () => secondDone || (await waitingFor("transactionid")) > 0,
+      "the second write to finish or to wait behind the first"
+    )
+    await lock!.release()
+    const outcome = await second
+    const ledger = await admin.query<{ count: string }>(
+      `select count(*)::text as count from "${database.schema}".usage_ledger where user_id = 'w1'`
+    )
+    expect({ second: outcome._tag, ledgerRows: ledger.rows[0]?.count }).toEqual({
+      second: "Success",
+      ledgerRows: "1"
+    })
+  }, 20_000)
+
+  it("ends a server process only if its pid, its start and its server's start all match", async () => {
+    const doubts = makeOutcomeDoubts(admin, true)
+    const live = await pool.connect()
+    // Ended below on purpose: its connection's error is expected.
+    live.on("error", () => {})
+    try {
+      const identity = await identifyBackend(live)
+      const alive = async () =>
+        ((await admin.query("select 1 from pg_stat_activity where pid = $1", [identity.pid])).rowCount ?? 0) >
+        0
+      // The same pid, started at another moment: a later session that reused the pid. Left alone.
+      doubts.add({ ...identity, startedUs: String(BigInt(identity.startedUs) - 1_000_000n) })
+      await doubts.settle()
+      // The same process as far as pid and start go, but recorded on a server run that has ended.
+      doubts.add({ ...identity, serverStartedUs: String(BigInt(identity.serverStartedUs) - 1_000_000n) })
+      await doubts.settle()
+      expect({ pending: doubts.pending(), alive: await alive() }).toEqual({ pending: false, alive: true })
+      expect((await live.query<{ one: number }>("select 1 as one")).rows).toEqual([{ one: 1 }])
+
+      // The process itself: ended, and gone before settle resolves.
+      doubts.add(identity)
+      await doubts.settle()
+      expect({ pending: doubts.pending(), alive: await alive() }).toEqual({ pending: false, alive: false })
+      live.release(new Error("ended by the test"))
+    } catch (error) {
+      live.release(true)
+      throw error
+    }
+  })
+
+  it("reports a write the ledger refused as already applied: memory was behind the database", async () => {
+    const errors: Array<{ user: string; message: string }> = []
+    const built = await acquireScoped(
+      Effect.gen(function* () {
+        const context = yield* Layer.build(
+          coordinatorLayer({
+            config: defaultConfig,
+            sweepIntervalMs: 0,
+            onError: (user, message) => errors.push({ user, message })
+          }).pipe(Layer.provide(Layer.succeed(Store, store.value)))
+        )
+        return Context.get(context, Coordinator)
+      })
+    )
+    try {
+      const submit = (command: Parameters<typeof built.value.submit>[0]) =>
+        Effect.runPromise(built.value.submit(command))
+      expect((await submit(reserveCommand("w2", "h1", 5))).status).toBe("reserved")
+      // The commit lands behind the actor's back (as a doubtful commit the actor's memory missed).
+      await admin.query(
+        `insert into "${database.schema}".usage_ledger
+           (user_id, meter, period_start, operation, hold_id, key, requested, delta, at)
+         values ('w2', 'analysis', -1, 'commit', 'h1', '', 5, 5, $1)`,
+        [Date.now()]
+      )
+      expect((await submit(commitCommand("w2", "h1"))).status).toBe("unavailable")
+      expect(errors).toContainEqual({
+        user: "w2",
+        message:
+          "memory was behind the database: the store already holds a change decided again (usage_ledger_applied_once)"
+      })
+    } finally {
+      await built.close()
+    }
+  })
+})
