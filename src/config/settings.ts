@@ -15,7 +15,10 @@ import {
   partitionLeaseMsDefault,
   partitionLeaseMsMax,
   partitionLeaseMsMin,
-  partitionsMax
+  partitionsMax,
+  storeQueryTimeoutMs,
+  storeQueryTimeoutMsMax,
+  storeQueryTimeoutMsMin
 } from "../domain/limits.js"
 
 export type { Environment } from "./SettingsInvalid.js"
@@ -54,6 +57,8 @@ export interface Settings {
   readonly httpAddress: HttpAddress | undefined
   /** `QUOTA_EVENTS_*`: the events stream and its outbox. */
   readonly events: EventSettings
+  /** `QUOTA_STORE_QUERY_TIMEOUT`: how long the store waits for a statement's answer (default storeQueryTimeoutMs). */
+  readonly storeQueryTimeoutMs: number
 }
 
 /** A host and a TCP port (0: any free port, logged once bound). */
@@ -166,6 +171,13 @@ export const readSettings = (env: Environment): Effect.Effect<Settings, Settings
     )
     const httpAddress = yield* readHttpAddress(env)
     const events = yield* readEventSettings(env, prefix)
+    const queryTimeoutMs = yield* readDuration(
+      env,
+      "QUOTA_STORE_QUERY_TIMEOUT",
+      storeQueryTimeoutMs,
+      storeQueryTimeoutMsMin,
+      storeQueryTimeoutMsMax
+    )
     return {
       nats,
       databaseUrl: valueOf(env, "DATABASE_URL"),
@@ -177,6 +189,7 @@ export const readSettings = (env: Environment): Effect.Effect<Settings, Settings
       fairness: { enabled, slotOverrides, snoozeBaseMs, snoozeJitterMs },
       partitionLeaseMs: partitionLeaseMs ?? partitionLeaseMsDefault,
       httpAddress,
-      events
+      events,
+      storeQueryTimeoutMs: queryTimeoutMs
     }
   })
