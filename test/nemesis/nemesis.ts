@@ -1,0 +1,255 @@
+/**
+ * One nemesis run: the world of world.ts under the flow load of test/cluster/flows.ts (hold flows and
+ * slot flows through the SDK), the seed's plan of faults applied at their moments (schedule.ts,
+ * faults.ts), and the flow model's safety rules checked as the replies come:
+ *
+ * - every second: each new reply against its flow's history (FlowLoad's wrong answers), and the holds
+ *   granted per user against the user's limit as the clients saw them (clientOverGrants);
+ * - every five seconds: the database (checkDatabase: the invariant per user, every acknowledged grant
+ *   and commit durable, no ledger key twice, usage totals equal to the ledger);
+ * - at the end, every fault healed and every call resolved: all of flowSafety (Postgres against the
+ *   clients, slots held at once against the plan, every acknowledged consume in the ledger, usage
+ *   equal to what the clients were charged).
+ *
+ * A flow cut short by a call that never resolved (the SDK's retries exhausted: liveness, not safety)
+ * leaves its user uncertain; what Postgres says of such a user's unfinished flow is reported apart.
+ */
+import { partitionOf } from "../../src/domain/partition.js"
+import { clientOverGrants, sleep, waitForBalance, withoutDecisions } from "../cluster/cluster.js"
+import { FlowLoad, flowSafety } from "../cluster/flows.js"
+import { checkDatabase } from "../support/databaseChecks.js"
+import { applyFault, healAll } from "./faults.js"
+import type { FaultEvent, FaultKind } from "./schedule.js"
+import { makeSchedule } from "./schedule.js"
+import type { NemesisWorld } from "./world.js"
+import { closeWorld, currentServe, isRunning, openWorld, ownerOfServe } from "./world.js"
+
+export interface NemesisOptions {
+  readonly seed: number
+  /** How long faults are applied; the run adds start-up, healing and the final checks. */
+  readonly faultsMs: number
+  readonly kinds: ReadonlyArray<FaultKind>
+  readonly clock: boolean
+  readonly members?: number
+  readonly partitions?: number
+  readonly leaseMs?: number
+  /** The processes' store query timeout: what a sleeping COMMIT must outlast. */
+  readonly queryTimeoutMs?: number
+  readonly workers?: number
+  readonly intensity?: number
+  /** Stop applying faults at the first violation (the run still heals and checks). */
+  readonly stopOnViolation?: boolean
+  readonly log?: (line: string) => void
+}
+
+export interface Violation {
+  /** ms from the start of the faults when it was seen; the final checks count from then too. */
+  readonly atMs: number
+  readonly what: string
+}
+
+export interface AppliedFault extends FaultEvent {
+  readonly startedMs: number
+  readonly what: string
+}
+
+export interface NemesisResult {
+  readonly seed: number
+  readonly kinds: ReadonlyArray<FaultKind>
+  readonly faultsMs: number
+  readonly planned: number
+  readonly applied: ReadonlyArray<AppliedFault>
+  readonly calls: Record<string, number>
+  readonly counts: FlowLoad["counts"] & { consumes: number; commits: number }
+  readonly failedCalls: number
+  readonly uncertainUsers: number
+  readonly violations: ReadonlyArray<Violation>
+  /** What Postgres holds of flows cut short by calls that never resolved (not safety). */
+  readonly unresolved: ReadonlyArray<string>
+  /** Processes that ended other than by the nemesis's kill. */
+  readonly exits: ReadonlyArray<string>
+  readonly balancedAfterHealMs: number | undefined
+  readonly wallMs: number
+  /** Every process's log (decision lines left out), for a failure's evidence. */
+  readonly logs: ReadonlyArray<{ readonly name: string; readonly text: string }>
+}
+
+const defaults = { members: 3, partitions: 16, leaseMs: 6_000, queryTimeoutMs: 1_000, workers: 24 }
+
+/** Watches the replies and the database while the faults run; collects violations once each. */
+class Monitor {
+  readonly violations: Array<Violation> = []
+  private readonly seen = new Set<string>()
+  private wrongSeen = 0
+  private lastDatabaseCheck = 0
+
+  constructor(
+    private readonly world: NemesisWorld,
+    private readonly load: FlowLoad,
+    private readonly startedAt: number,
+    private readonly log: (line: string) => void
+  ) {}
+
+  add(what: string, atMs = Date.now() - this.startedAt): void {
+    if (this.seen.has(what)) return
+    this.seen.add(what)
+    this.violations.push({ atMs, what })
+    this.log(`+${atMs} ms VIOLATION ${what}`)
+  }
+
+  async check(): Promise<void> {
+    const { load } = this
+    for (const answer of load.wrongAnswers.slice(this.wrongSeen)) {
+      const partition = partitionOf(answer.user, this.world.partitions)
+      this.add(
+        `wrong answer: ${answer.op} ${answer.user} (partition ${partition}) ${answer.what}: ${answer.status}`,
+        answer.at - this.startedAt
+      )
+    }
+    this.wrongSeen = load.wrongAnswers.length
+    for (const overGrant of clientOverGrants(load)) this.add(`over-grant: ${overGrant}`)
+    if (Date.now() - this.lastDatabaseCheck >= 5_000) {
+      this.lastDatabaseCheck = Date.now()
+      const report = await checkDatabase(this.world.database.pool, load.snapshot())
+      for (const violation of report.violations) this.add(`database: ${violation}`)
+    }
+  }
+}
+
+/** Whether a violation text is about one of these users' flows (`user/id`, `user:`). */
+const aboutUsers = (what: string, users: ReadonlySet<string>): boolean =>
+  [...users].some((user) => what.includes(`${user}/`) || what.includes(`${user}:`))
+
+export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult> => {
+  const settings = { ...defaults, ...options }
+  const log = options.log ?? ((line: string) => console.log(line))
+  const wallStarted = Date.now()
+  const schedule = makeSchedule({
+    seed: options.seed,
+    faultsMs: options.faultsMs,
+    members: settings.members,
+    kinds: options.kinds,
+    queryTimeoutMs: settings.queryTimeoutMs,
+    disruptedMax: settings.members - 1,
+    ...(options.intensity === undefined ? {} : { intensity: options.intensity })
+  })
+  log(
+    `nemesis seed ${options.seed}: ${schedule.length} faults (${options.kinds.join(", ")}) over ` +
+      `${options.faultsMs} ms; replay with QUOTA_NEMESIS_SEED=${options.seed}`
+  )
+  let world: NemesisWorld | undefined
+  let running: FlowLoad | undefined
+  try {
+    world = await openWorld({ ...settings, clock: options.clock && options.kinds.includes("clock") })
+    const load = await FlowLoad.start({
+      servers: world.nats.url,
+      prefix: world.prefix,
+      partitions: world.partitions,
+      label: "nem",
+      workers: settings.workers,
+      // Few hold users, so each reaches its limit within a run: an over-grant needs a user near it.
+      holdUsersPerPartition: 1,
+      slotUsersPerPartition: 2,
+      seed: options.seed
+    })
+    running = load
+    const startedAt = Date.now()
+    const monitor = new Monitor(world, load, startedAt, log)
+    const killed = new Set<unknown>()
+    const applied: Array<AppliedFault> = []
+    let stopping = false
+    const open = world
+    const faultsDone = Promise.all(
+      schedule.map(async (event) => {
+        await sleep(event.at - (Date.now() - startedAt))
+        if (stopping) return
+        const startedMs = Date.now() - startedAt
+        if (event.kind === "kill") killed.add(currentServe(open.members[event.member]!))
+        const what = await applyFault(open, event).catch(
+          (error: unknown) => `${event.kind} m${event.member} failed: ${String(error)}`
+        )
+        applied.push({ ...event, startedMs, what })
+        log(`+${startedMs} ms ${what}`)
+      })
+    )
+    let faultsOver = false
+    void faultsDone.then(() => {
+      faultsOver = true
+    })
+    while (!faultsOver) {
+      await sleep(1_000)
+      await monitor.check().catch((error: unknown) => log(`online check failed: ${String(error)}`))
+      if (monitor.violations.length > 0 && options.stopOnViolation === true) stopping = true
+    }
+    await faultsDone
+    await healAll(world)
+    const healedAt = Date.now()
+    log(`+${healedAt - startedAt} ms every fault healed`)
+    await Promise.all(
+      world.members.map((member) => Promise.race([currentServe(member).ready, sleep(15_000)]))
+    )
+    const owners = world.members.flatMap((member) => ownerOfServe(currentServe(member)) ?? [])
+    const balancedAfterHealMs = await waitForBalance(
+      world.database.pool,
+      world.partitions,
+      owners,
+      30_000
+    ).then(
+      () => Date.now() - healedAt,
+      () => undefined
+    )
+    await sleep(2_000)
+    running = undefined
+    await load.stop()
+    await monitor.check()
+    const safety = await flowSafety(world.database.pool, load, startedAt, world.partitions)
+    const endMs = Date.now() - startedAt
+    const unresolved: Array<string> = []
+    for (const answer of safety.slots.wrong)
+      monitor.add(`wrong answer: ${answer.op} ${answer.user} ${answer.what}: ${answer.status}`, endMs)
+    const finalViolations = [
+      ...safety.overGrants.map((what) => `over-grant: ${what}`),
+      ...safety.database.violations.map((what) => `database: ${what}`),
+      ...safety.mismatches.map((what) => `Postgres vs clients: ${what}`),
+      ...safety.slots.violations.map((what) => `slots and charges: ${what}`)
+    ]
+    for (const what of finalViolations) {
+      if (what.startsWith("database:") || !aboutUsers(what, load.uncertain)) monitor.add(what, endMs)
+      else unresolved.push(what)
+    }
+    const exits = world.members.flatMap((member) =>
+      member.incarnations.flatMap((serve, incarnation) =>
+        isRunning(serve) || killed.has(serve)
+          ? []
+          : [`m${member.index} #${incarnation}: exited (${serve.child.exitCode ?? serve.child.signalCode})`]
+      )
+    )
+    const logs = world.members.flatMap((member) =>
+      member.incarnations.map((serve, incarnation) => ({
+        name: `m${member.index}-${incarnation}`,
+        text: withoutDecisions(serve.output())
+      }))
+    )
+    return {
+      seed: options.seed,
+      kinds: options.kinds,
+      faultsMs: options.faultsMs,
+      planned: schedule.length,
+      applied: applied.sort((left, right) => left.startedMs - right.startedMs),
+      calls: Object.fromEntries([...load.sent].map(([op, times]) => [op, times.length])),
+      counts: { ...load.counts, consumes: load.consumes.size, commits: load.acknowledged.commits.size },
+      failedCalls: load.failures.length,
+      uncertainUsers: load.uncertain.size,
+      violations: monitor.violations,
+      unresolved,
+      exits,
+      balancedAfterHealMs,
+      wallMs: Date.now() - wallStarted,
+      logs
+    }
+  } finally {
+    // A run that threw: its workers stopped (bounded), then everything it started.
+    if (running !== undefined) await Promise.race([running.stop().catch(() => undefined), sleep(10_000)])
+    await closeWorld(world)
+  }
+}
