@@ -25,11 +25,19 @@ const endLockSessions = async (world: NemesisWorld, member: NemesisMember): Prom
   return result.rows.filter((row) => row.ended).length
 }
 
-const setDoubt = async (world: NemesisWorld, member: NemesisMember, probability: number, sleepMs: number) => {
+const setDoubt = async (
+  world: NemesisWorld,
+  member: NemesisMember,
+  probability: number,
+  sleepMs: number,
+  stallMs?: number
+) => {
   await world.database.pool.query(
-    `insert into nemesis.doubts (app, probability, sleep_ms) values ($1, $2, $3)
-     on conflict (app) do update set probability = excluded.probability, sleep_ms = excluded.sleep_ms`,
-    [member.app, probability, sleepMs]
+    `insert into nemesis.doubts (app, probability, sleep_ms, stall_until)
+     values ($1, $2, $3, clock_timestamp() + $4 * interval '1 millisecond')
+     on conflict (app) do update set probability = excluded.probability, sleep_ms = excluded.sleep_ms,
+       stall_until = excluded.stall_until`,
+    [member.app, probability, sleepMs, stallMs ?? null]
   )
 }
 
@@ -44,6 +52,12 @@ export const applyFault = async (world: NemesisWorld, event: FaultEvent): Promis
   const name = `m${member.index}`
   switch (event.kind) {
     case "doubt": {
+      if (event.stall) {
+        await setDoubt(world, member, 1, 0, event.durationMs)
+        await sleep(event.durationMs)
+        await setDoubt(world, member, 0, 0)
+        return `${name}: storage stall, every COMMIT waited until its end, for ${event.durationMs} ms`
+      }
       await setDoubt(world, member, event.level, event.sleepMs)
       await sleep(event.durationMs)
       await setDoubt(world, member, 0, 0)

@@ -35,6 +35,11 @@ export interface FaultEvent {
   readonly level: number
   /** doubt: how long a commit sleeps (past the query timeout); else 0. */
   readonly sleepMs: number
+  /**
+   * doubt: a storage stall instead: every COMMIT of the process waits until the fault ends, so those
+   * begun more than the query timeout before its end time out at staggered moments, then all land.
+   */
+  readonly stall: boolean
 }
 
 interface KindPlan {
@@ -89,9 +94,8 @@ export const makeSchedule = (options: ScheduleOptions): Array<FaultEvent> => {
     const meanGapMs = plan.meanGapMs / (options.intensity ?? 1)
     const [shortest, longest] = plan.durationMs
     for (let at = -Math.log(1 - random()) * meanGapMs; at < options.faultsMs;) {
-      const durationMs = Math.min(
-        Math.round(shortest + random() * (longest - shortest)),
-        Math.max(0, options.faultsMs - at)
+      const durationMs = Math.round(
+        Math.min(shortest + random() * (longest - shortest), Math.max(0, options.faultsMs - at))
       )
       const member = Math.floor(random() * options.members)
       const sign = random() < 0.5 ? -1 : 1
@@ -101,8 +105,11 @@ export const makeSchedule = (options: ScheduleOptions): Array<FaultEvent> => {
           : kind === "clock"
             ? sign * Math.round(50 + random() * (clockOffsetMaxMs - 50))
             : 0
-      const sleepMs = kind === "doubt" ? Math.round(options.queryTimeoutMs + 100 + random() * 2_400) : 0
-      candidates.push({ at: Math.round(at), kind, member, durationMs, level, sleepMs })
+      // Biased to just past the timeout: such a commit lands soon after the process gave up on it,
+      // before a later load would have ended it.
+      const sleepMs = kind === "doubt" ? Math.round(options.queryTimeoutMs + 20 + random() ** 2 * 2_500) : 0
+      const stall = kind === "doubt" && random() < 0.5
+      candidates.push({ at: Math.round(at), kind, member, durationMs, level, sleepMs, stall })
       at += -Math.log(1 - random()) * meanGapMs
     }
   })

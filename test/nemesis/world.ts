@@ -70,7 +70,9 @@ export interface WorldOptions {
 /** The switch and the sleeping trigger (see the file's comment); `quota`'s tables exist by then. */
 const doubtSql = (tables: ReadonlyArray<string>) => `
   create schema nemesis;
-  create table nemesis.doubts (app text primary key, probability float8 not null, sleep_ms integer not null);
+  create table nemesis.doubts (
+    app text primary key, probability float8 not null, sleep_ms integer not null, stall_until timestamptz
+  );
   create function nemesis.sleep_in_commit() returns trigger language plpgsql as $$
   declare
     doubt record;
@@ -79,7 +81,9 @@ const doubtSql = (tables: ReadonlyArray<string>) => `
     if current_setting('nemesis.decided', true) = 'yes' then return null; end if;
     perform set_config('nemesis.decided', 'yes', true);
     select * into doubt from nemesis.doubts where app = current_setting('application_name');
-    if found and random() < doubt.probability then
+    if found and doubt.stall_until is not null then
+      perform pg_sleep(greatest(0, extract(epoch from doubt.stall_until - clock_timestamp())));
+    elsif found and random() < doubt.probability then
       perform pg_sleep(doubt.sleep_ms / 1000.0);
     end if;
     return null;
