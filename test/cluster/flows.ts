@@ -85,6 +85,8 @@ export class FlowLoad {
   readonly uncertain = new Set<string>()
   /** Per op, the times its calls were sent. */
   readonly sent = new Map<string, Array<number>>()
+  /** The calls sent and not yet answered or failed: one that stays here never resolved. */
+  readonly inFlight = new Set<{ readonly op: string; readonly user: string; readonly sentAt: number }>()
   readonly counts = { holdFlows: 0, granted: 0, refused: 0, slotFlows: 0, acquired: 0, busy: 0 }
   private readonly holdUsers: Array<UserSlot> = []
   private readonly slotUsers: Array<string> = []
@@ -157,11 +159,14 @@ export class FlowLoad {
     const times = this.sent.get(op) ?? []
     times.push(started)
     this.sent.set(op, times)
+    const pending = { op, user, sentAt: started }
+    this.inFlight.add(pending)
     try {
       return await run()
     } catch (error) {
       this.failures.push({
         at: Date.now(),
+        sentAt: started,
         op,
         user,
         what: error instanceof Error ? `${error.name}: ${error.message}` : String(error)
@@ -169,6 +174,7 @@ export class FlowLoad {
       this.uncertain.add(user)
       return undefined
     } finally {
+      this.inFlight.delete(pending)
       this.longestCallMs = Math.max(this.longestCallMs, Date.now() - started)
     }
   }

@@ -11,10 +11,14 @@
  *   clients, slots held at once against the plan, every acknowledged consume in the ledger, usage
  *   equal to what the clients were charged).
  *
- * A flow cut short by a call that never resolved (the SDK's retries exhausted: liveness, not safety)
- * leaves its user uncertain; what Postgres says of such a user's unfinished flow is reported apart.
+ * Two more things are violations, though not of the invariant: a process that exits other than by the
+ * nemesis's kill (a crash is a bug; seen within a second), and an SDK call that never resolved (every
+ * call must end in an answer once the faults heal: one that failed with the SDK's retries exhausted,
+ * or one still in flight past the SDK's own bound when the load stops). Such a call leaves its user
+ * uncertain; what Postgres says of that user's unfinished flow is reported apart, not as a violation.
  */
 import { partitionOf } from "../../src/domain/partition.js"
+import type { ServeProcess } from "../support/processes.js"
 import { clientOverGrants, sleep, waitForBalance, withoutDecisions } from "../cluster/cluster.js"
 import { FlowLoad, flowSafety } from "../cluster/flows.js"
 import { checkDatabase } from "../support/databaseChecks.js"
@@ -70,11 +74,18 @@ export interface NemesisResult {
   readonly exits: ReadonlyArray<string>
   readonly balancedAfterHealMs: number | undefined
   readonly wallMs: number
-  /** Every process's log (decision lines left out), for a failure's evidence. */
+  /** Every process's whole log (decision lines included), for a failure's evidence. */
   readonly logs: ReadonlyArray<{ readonly name: string; readonly text: string }>
 }
 
 const defaults = { members: 3, partitions: 16, leaseMs: 6_000, queryTimeoutMs: 1_000, workers: 24 }
+
+/**
+ * How long the load may take to stop once every fault healed: past the SDK's own bound on a call
+ * (60 attempts of 1 s, 25-250 ms apart, ~75 s; see FlowLoad.start), a call still in flight never
+ * resolves and is reported so.
+ */
+const loadStopMsMax = 80_000
 
 /** Watches the replies and the database while the faults run; collects violations once each. */
 class Monitor {
@@ -87,8 +98,37 @@ class Monitor {
     private readonly world: NemesisWorld,
     private readonly load: FlowLoad,
     private readonly startedAt: number,
+    /** Processes ended by the nemesis's kill: every other exit is a violation. */
+    private readonly killed: ReadonlySet<ServeProcess>,
     private readonly log: (line: string) => void
   ) {}
+
+  /** A process that ended on its own (not killed by the nemesis): a crash, with its last words. */
+  checkExits(): void {
+    if (this.world.closing.value) return
+    for (const member of this.world.members)
+      member.incarnations.forEach((serve, incarnation) => {
+        if (isRunning(serve) || this.killed.has(serve)) return
+        const last = withoutDecisions(serve.output()).trimEnd().split("\n").at(-1) ?? ""
+        this.add(
+          `process exited on its own: m${member.index} #${incarnation} ` +
+            `(${serve.child.exitCode ?? serve.child.signalCode}); last line: ${last.slice(0, 400)}`
+        )
+      })
+  }
+
+  /** Every call that failed (the SDK's retries exhausted): it never resolved. */
+  checkFailures(): void {
+    for (const failure of this.load.failures) {
+      const partition = partitionOf(failure.user, this.world.partitions)
+      const sent = failure.sentAt === undefined ? "" : ` sent at +${failure.sentAt - this.startedAt} ms,`
+      this.add(
+        `call never resolved: ${failure.op} ${failure.user} (partition ${partition})${sent} ` +
+          `failed at +${failure.at - this.startedAt} ms: ${failure.what}`,
+        failure.at - this.startedAt
+      )
+    }
+  }
 
   add(what: string, atMs = Date.now() - this.startedAt): void {
     if (this.seen.has(what)) return
@@ -107,6 +147,8 @@ class Monitor {
       )
     }
     this.wrongSeen = load.wrongAnswers.length
+    this.checkExits()
+    this.checkFailures()
     for (const overGrant of clientOverGrants(load)) this.add(`over-grant: ${overGrant}`)
     if (Date.now() - this.lastDatabaseCheck >= 5_000) {
       this.lastDatabaseCheck = Date.now()
@@ -154,8 +196,8 @@ export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult
     })
     running = load
     const startedAt = Date.now()
-    const monitor = new Monitor(world, load, startedAt, log)
-    const killed = new Set<unknown>()
+    const killed = new Set<ServeProcess>()
+    const monitor = new Monitor(world, load, startedAt, killed, log)
     const applied: Array<AppliedFault> = []
     let stopping = false
     const open = world
@@ -199,8 +241,15 @@ export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult
       () => undefined
     )
     await sleep(2_000)
-    running = undefined
-    await load.stop()
+    const stopped = await Promise.race([load.stop().then(() => true), sleep(loadStopMsMax).then(() => false)])
+    if (stopped) running = undefined
+    for (const call of load.inFlight) {
+      const partition = partitionOf(call.user, world.partitions)
+      monitor.add(
+        `call never resolved: ${call.op} ${call.user} (partition ${partition}) sent at ` +
+          `+${call.sentAt - startedAt} ms, still in flight ${loadStopMsMax} ms after the load was told to stop`
+      )
+    }
     await monitor.check()
     const safety = await flowSafety(world.database.pool, load, startedAt, world.partitions)
     const endMs = Date.now() - startedAt
@@ -227,7 +276,7 @@ export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult
     const logs = world.members.flatMap((member) =>
       member.incarnations.map((serve, incarnation) => ({
         name: `m${member.index}-${incarnation}`,
-        text: withoutDecisions(serve.output())
+        text: serve.output()
       }))
     )
     return {

@@ -1,6 +1,7 @@
 /** The nemesis's results: one markdown summary and one JSON file for a series of runs. */
 import { mkdir, writeFile } from "node:fs/promises"
 import { join } from "node:path"
+import { withoutDecisions } from "../cluster/cluster.js"
 import type { NemesisResult } from "./nemesis.js"
 import type { FaultKind } from "./schedule.js"
 
@@ -74,16 +75,27 @@ export const markdown = (summary: SeriesSummary): string => {
   return lines.join("\n")
 }
 
-/** Writes `<name>.md` and `<name>.json` into `directory`, and each failing run's process logs. */
+/**
+ * Writes `<name>.md` and `<name>.json` into `directory`, and every run's process logs,
+ * `<name>-seed<S>-m<member>-<incarnation>.log`: whole for a failed run, else without the decision lines.
+ */
 export const writeResults = async (
   directory: string,
   name: string,
   summary: SeriesSummary,
-  failedLogs: ReadonlyArray<{ readonly seed: number; readonly logs: NemesisResult["logs"] }>
+  runLogs: ReadonlyArray<{
+    readonly seed: number
+    readonly failed: boolean
+    readonly logs: NemesisResult["logs"]
+  }>
 ): Promise<void> => {
   await mkdir(directory, { recursive: true })
   await writeFile(join(directory, `${name}.md`), markdown(summary))
   await writeFile(join(directory, `${name}.json`), `${JSON.stringify(summary, null, 2)}\n`)
-  for (const { seed, logs } of failedLogs)
-    for (const log of logs) await writeFile(join(directory, `${name}-seed${seed}-${log.name}.log`), log.text)
+  for (const { seed, failed, logs } of runLogs)
+    for (const log of logs)
+      await writeFile(
+        join(directory, `${name}-seed${seed}-${log.name}.log`),
+        failed ? log.text : withoutDecisions(log.text)
+      )
 }

@@ -6,8 +6,9 @@
  * have run or a run finds a violation (unless --keep-going). The seed comes from --seed, else
  * QUOTA_NEMESIS_SEED, else the clock; it is printed at the start and with every failure, and
  * `--seed S --minutes <one run>` (or QUOTA_NEMESIS_SEED=S) replays that run's plan of faults.
- * Results (markdown, JSON, and the process logs of failing runs) go to --out when given.
- * Exit code 1 when a violation was found.
+ * Results go to --out when given: markdown, JSON, and every run's process logs (whole for a run with a
+ * violation, its decision lines left out otherwise). Exit code 1 when a violation was found.
+ * SIGINT or SIGTERM ends every process the runner started (serve, nats-server) before it exits.
  */
 import { parseArgs } from "node:util"
 import buildServe from "../support/buildServe.js"
@@ -16,7 +17,13 @@ import type { NemesisResult } from "./nemesis.js"
 import { describeRun, writeResults } from "./report.js"
 import type { SeriesSummary } from "./report.js"
 import { faultKinds, parseKinds } from "./schedule.js"
-import { faketimeAvailable } from "./world.js"
+import { endEverything, faketimeAvailable } from "./world.js"
+
+for (const signal of ["SIGINT", "SIGTERM"] as const)
+  process.once(signal, () => {
+    console.log(`nemesis: ${signal}, ending the processes it started`)
+    void endEverything().finally(() => process.exit(signal === "SIGINT" ? 130 : 143))
+  })
 
 const { values } = parseArgs({
   options: {
@@ -49,7 +56,10 @@ console.log(
 await buildServe()
 const startedAt = new Date().toISOString()
 const runs: Array<Omit<NemesisResult, "logs">> = []
-const failedLogs: Array<{ seed: number; logs: NemesisResult["logs"] }> = []
+const runLogs: Array<{ seed: number; failed: boolean; logs: NemesisResult["logs"] }> = []
+const replayOptions =
+  (values.faults === undefined ? "" : ` --faults ${values.faults}`) +
+  (intensity === 1 ? "" : ` --intensity ${intensity}`)
 // A remainder under 10 s is not worth a cluster's start: the series ends there.
 for (let seed = baseSeed; runs.length === 0 || budgetMs - sumFaultsMs(runs) >= 10_000; seed += 1) {
   const faultsMs = Math.min(runMs, budgetMs - sumFaultsMs(runs))
@@ -63,11 +73,11 @@ for (let seed = baseSeed; runs.length === 0 || budgetMs - sumFaultsMs(runs) >= 1
   })
   runs.push(run)
   console.log(describeRun(run))
+  runLogs.push({ seed, failed: run.violations.length > 0, logs })
   if (run.violations.length > 0) {
-    failedLogs.push({ seed, logs })
     console.log(
       `VIOLATIONS with seed ${seed} (replay: npm run nemesis -- --seed ${seed} --minutes ${faultsMs / 60_000}` +
-        `${values.faults === undefined ? "" : ` --faults ${values.faults}`}):\n` +
+        `${replayOptions}):\n` +
         run.violations
           .slice(0, 20)
           .map((violation) => `+${violation.atMs} ms ${violation.what}`)
@@ -79,7 +89,7 @@ for (let seed = baseSeed; runs.length === 0 || budgetMs - sumFaultsMs(runs) >= 1
 const summary: SeriesSummary = { startedAt, baseSeed, kinds, runs }
 if (values.out !== undefined) {
   const name = `nemesis-${startedAt.slice(0, 19).replaceAll(":", "")}-seed${baseSeed}`
-  await writeResults(values.out, name, summary, failedLogs)
+  await writeResults(values.out, name, summary, runLogs)
   console.log(`results in ${values.out}/${name}.md`)
 }
 process.exit(runs.some((run) => run.violations.length > 0) ? 1 : 0)

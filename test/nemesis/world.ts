@@ -9,7 +9,7 @@
  * the writing process (as test/store/unknownOutcome.test.ts does for one hold): with the processes'
  * short store query timeout, those commits end with an outcome unknown to the process.
  */
-import { existsSync } from "node:fs"
+import { existsSync, readdirSync, readFileSync } from "node:fs"
 import { mkdtemp, rm, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -56,6 +56,8 @@ export interface NemesisWorld {
   readonly partitions: number
   readonly queryTimeoutMs: number
   readonly members: ReadonlyArray<NemesisMember>
+  /** Set when closeWorld begins: the processes' ends from then on are the nemesis's own. */
+  readonly closing: { value: boolean }
 }
 
 export interface WorldOptions {
@@ -145,14 +147,57 @@ export const openWorld = async (options: WorldOptions): Promise<NemesisWorld> =>
   started.forEach((member, index) => members[index]!.incarnations.push(member.serve))
   const tables = ["holds", "usage_ledger", "usage_totals", "slots", "user_limits"]
   await database.pool.query(doubtSql(tables))
-  return {
+  const world = {
     dir,
     nats,
     database,
     prefix,
     partitions: options.partitions,
     queryTimeoutMs: options.queryTimeoutMs,
-    members
+    members,
+    closing: { value: false }
+  }
+  openWorlds.add(world)
+  return world
+}
+
+/** The worlds opened and not yet closed, for endEverything. */
+const openWorlds = new Set<NemesisWorld>()
+
+/** How long endEverything waits for the worlds to close before it kills what is left. */
+const endMsMax = 10_000
+
+/** The ids of this process's children (serve, nats-server), read from /proc. */
+const childPids = (): Array<number> =>
+  readdirSync("/proc")
+    .filter((entry) => /^\d+$/.test(entry))
+    .flatMap((entry) => {
+      try {
+        // After the command's closing parenthesis: state, then the parent's id.
+        const stat = readFileSync(`/proc/${entry}/stat`, "utf8")
+        const parent = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1])
+        return parent === process.pid ? [Number(entry)] : []
+      } catch {
+        return []
+      }
+    })
+
+/**
+ * On SIGINT or SIGTERM: every open world closed (processes, proxies, database, nats-server), bounded;
+ * then any child of this process still there (one started before its world was complete) killed.
+ */
+export const endEverything = async (): Promise<void> => {
+  await Promise.race([
+    Promise.allSettled([...openWorlds].map((world) => closeWorld(world))),
+    new Promise((resolve) => setTimeout(resolve, endMsMax))
+  ])
+  for (const pid of childPids()) {
+    try {
+      process.kill(pid, "SIGCONT")
+      process.kill(pid, "SIGKILL")
+    } catch {
+      // ended meanwhile
+    }
   }
 }
 
@@ -165,6 +210,8 @@ export const restartMember = (member: NemesisMember): ServeProcess => {
 
 export const closeWorld = async (world: NemesisWorld | undefined): Promise<void> => {
   if (world === undefined) return
+  openWorlds.delete(world)
+  world.closing.value = true
   for (const member of world.members) {
     for (const serve of member.incarnations) {
       if (isRunning(serve)) serve.child.kill("SIGCONT")
