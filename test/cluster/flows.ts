@@ -36,6 +36,8 @@ export interface FlowLoadOptions {
   readonly holdUsersPerPartition: number
   readonly slotUsersPerPartition: number
   readonly seed: number
+  /** The SDK's retries (default: 60 attempts 25-250 ms apart, ~15 s when every attempt fails fast). */
+  readonly retry?: { readonly attemptsMax: number; readonly delayMsMax: number }
 }
 
 export interface WrongAnswer {
@@ -108,7 +110,7 @@ export class FlowLoad {
       partitions,
       // Generous enough for a takeover: attempts every 25..250 ms, 1 s per attempt, for ~60 attempts.
       timeoutMs: 1_000,
-      retry: { attemptsMax: 60, baseDelayMs: 25, delayMsMax: 250 }
+      retry: { attemptsMax: 60, baseDelayMs: 25, delayMsMax: 250, ...options.retry }
     })
     const load = new FlowLoad(client, options)
     for (let partition = 0; partition < partitions; partition += 1) {

@@ -81,9 +81,17 @@ export interface NemesisResult {
 const defaults = { members: 3, partitions: 16, leaseMs: 6_000, queryTimeoutMs: 1_000, workers: 24 }
 
 /**
- * How long the load may take to stop once every fault healed: past the SDK's own bound on a call
- * (60 attempts of 1 s, 25-250 ms apart, ~75 s; see FlowLoad.start), a call still in flight never
- * resolves and is reported so.
+ * The load's SDK retries: enough to outlast any run's faults (1 000 attempts at most 250 ms apart: at
+ * least ~4 min even when every attempt fails at once), so that "never resolved" means not answered
+ * once everything healed, not "a partition's owner was faulted longer than 60 attempts take" (about
+ * 15 s when the answers are fast `unavailable`s: seed 302 exhausted them so, with its partitions'
+ * owner losing its member lock twice and its storage stalling twice back to back).
+ */
+const loadRetry = { attemptsMax: 1_000, delayMsMax: 250 }
+
+/**
+ * How long the load may take to stop once every fault healed: a call still in flight then never
+ * resolved (its partition is answered again within seconds of the heal when all is well).
  */
 const loadStopMsMax = 80_000
 
@@ -192,7 +200,8 @@ export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult
       // Few hold users, so each reaches its limit within a run: an over-grant needs a user near it.
       holdUsersPerPartition: 1,
       slotUsersPerPartition: 2,
-      seed: options.seed
+      seed: options.seed,
+      retry: loadRetry
     })
     running = load
     const startedAt = Date.now()

@@ -77,11 +77,13 @@ export const markdown = (summary: SeriesSummary): string => {
 
 /**
  * Writes `<name>.md` and `<name>.json` into `directory`, and every run's process logs,
- * `<name>-seed<S>-m<member>-<incarnation>.log`: whole for a failed run, else without the decision lines.
+ * `<prefix>-seed<S>-m<member>-<incarnation>.log`: whole for a failed run, else without the decision lines.
  */
 export const writeResults = async (
   directory: string,
-  name: string,
+  /** `nemesis-<time>`: the series' files add `-seed<base>`, its logs `-seed<S>-m<member>-<incarnation>`. */
+  prefix: string,
+  baseSeed: number,
   summary: SeriesSummary,
   runLogs: ReadonlyArray<{
     readonly seed: number
@@ -90,12 +92,13 @@ export const writeResults = async (
   }>
 ): Promise<void> => {
   await mkdir(directory, { recursive: true })
+  const name = `${prefix}-seed${baseSeed}`
   await writeFile(join(directory, `${name}.md`), markdown(summary))
   await writeFile(join(directory, `${name}.json`), `${JSON.stringify(summary, null, 2)}\n`)
   for (const { seed, failed, logs } of runLogs)
     for (const log of logs)
       await writeFile(
-        join(directory, `${name}-seed${seed}-${log.name}.log`),
+        join(directory, `${prefix}-seed${seed}-${log.name}.log`),
         failed ? log.text : withoutDecisions(log.text)
       )
 }

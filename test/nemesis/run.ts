@@ -88,9 +88,9 @@ for (let seed = baseSeed; runs.length === 0 || budgetMs - sumFaultsMs(runs) >= 1
 }
 const summary: SeriesSummary = { startedAt, baseSeed, kinds, runs }
 if (values.out !== undefined) {
-  const name = `nemesis-${startedAt.slice(0, 19).replaceAll(":", "")}-seed${baseSeed}`
-  await writeResults(values.out, name, summary, runLogs)
-  console.log(`results in ${values.out}/${name}.md`)
+  const prefix = `nemesis-${startedAt.slice(0, 19).replaceAll(":", "")}`
+  await writeResults(values.out, prefix, baseSeed, summary, runLogs)
+  console.log(`results in ${values.out}/${prefix}-seed${baseSeed}.md`)
 }
 process.exit(runs.some((run) => run.violations.length > 0) ? 1 : 0)
 

@@ -17,7 +17,10 @@ export interface TcpProxy {
   readonly restore: () => Promise<void>
   /** Stops forwarding bytes both ways, closing nothing (a connection made meanwhile waits, silent). */
   readonly silence: () => void
-  /** Forwards again on every connection still open (what waited in the proxy goes through first). */
+  /**
+   * Forwards again on every connection still open (what waited in the proxy goes through first); a
+   * connection already forwarding is left as it is, so resuming a proxy that was not silent is a no-op.
+   */
   readonly resume: () => void
   readonly close: () => Promise<void>
 }
@@ -25,6 +28,8 @@ export interface TcpProxy {
 interface Pair {
   readonly client: net.Socket
   upstream: net.Socket | undefined
+  /** Piped both ways now: forwarding it again would pipe it twice (every byte sent twice). */
+  flowing: boolean
 }
 
 export const startTcpProxy = async (targetHost: string, targetPort: number): Promise<TcpProxy> => {
@@ -37,6 +42,8 @@ export const startTcpProxy = async (targetHost: string, targetPort: number): Pro
   }
   /** Connects the pair's upstream (once) and forwards both ways. */
   const forward = (pair: Pair) => {
+    if (pair.flowing) return
+    pair.flowing = true
     if (pair.upstream === undefined) {
       const upstream = net.connect(targetPort, targetHost)
       pair.upstream = upstream
@@ -48,6 +55,7 @@ export const startTcpProxy = async (targetHost: string, targetPort: number): Pro
     pair.upstream.resume()
   }
   const hold = (pair: Pair) => {
+    pair.flowing = false
     if (pair.upstream !== undefined) {
       pair.client.unpipe(pair.upstream)
       pair.upstream.unpipe(pair.client)
@@ -57,7 +65,7 @@ export const startTcpProxy = async (targetHost: string, targetPort: number): Pro
   }
   const makeServer = () =>
     net.createServer((client) => {
-      const pair: Pair = { client, upstream: undefined }
+      const pair: Pair = { client, upstream: undefined, flowing: false }
       pairs.add(pair)
       client.on("error", () => drop(pair)).on("close", () => drop(pair))
       if (silent) client.pause()
