@@ -12,17 +12,28 @@ import { currentServe, isRunning, restartMember } from "./world.js"
 /** How often a lost member lock is looked for again while it must stay lost. */
 const lockKillIntervalMs = 50
 
-/** Ends the member's sessions that hold a member lock (advisory, the coordinators' namespace). */
+/** The member's sessions that hold a member lock (advisory, the coordinators' namespace). */
+const lockSessions = `from pg_locks as lock join pg_stat_activity as activity on activity.pid = lock.pid
+  where lock.locktype = 'advisory' and lock.granted and lock.classid = $1::oid
+    and lock.database = (select oid from pg_database where datname = current_database())
+    and activity.application_name = $2`
+
+/** Ends the member's member-lock sessions; how many. */
 const endLockSessions = async (world: NemesisWorld, member: NemesisMember): Promise<number> => {
   const result = await world.database.pool.query<{ ended: boolean }>(
-    `select pg_terminate_backend(lock.pid) as ended from pg_locks as lock
-     join pg_stat_activity as activity on activity.pid = lock.pid
-     where lock.locktype = 'advisory' and lock.granted and lock.classid = $1::oid
-       and lock.database = (select oid from pg_database where datname = current_database())
-       and activity.application_name = $2`,
+    `select pg_terminate_backend(lock.pid) as ended ${lockSessions}`,
     [memberLockNamespace, member.app]
   )
   return result.rows.filter((row) => row.ended).length
+}
+
+/** The ports the member's member-lock sessions come from (its proxy's side towards Postgres). */
+const lockSessionPorts = async (world: NemesisWorld, member: NemesisMember): Promise<Set<number>> => {
+  const result = await world.database.pool.query<{ port: number }>(
+    `select activity.client_port as port ${lockSessions}`,
+    [memberLockNamespace, member.app]
+  )
+  return new Set(result.rows.map((row) => row.port))
 }
 
 const setDoubt = async (
@@ -89,6 +100,21 @@ export const applyFault = async (world: NemesisWorld, event: FaultEvent): Promis
       await sleep(event.durationMs)
       await member.postgres.restore()
       return `${name}: Postgres connections reset for ${event.durationMs} ms`
+    }
+    case "postgresSilent": {
+      // The store's connections go silent; the member-lock session keeps forwarding, or is ended
+      // (its new session then waits like any new connection, or passes: a stuck flow, not a partition).
+      const spared = await lockSessionPorts(world, member)
+      const newConnections = event.newConnectionsPass ? "pass" : "silent"
+      member.postgres.silence({ sparedUpstreamPorts: spared, newConnections })
+      const ended = event.lockEnded ? await endLockSessions(world, member) : 0
+      await sleep(event.durationMs)
+      member.postgres.resume()
+      return (
+        `${name}: Postgres silent on its store connections for ${event.durationMs} ms, member lock ` +
+        `${event.lockEnded ? `ended (${ended} sessions)` : `kept (${spared.size} sessions)`}, ` +
+        `new connections ${newConnections}`
+      )
     }
     case "pause": {
       const serve = currentServe(member)

@@ -20,7 +20,9 @@ export const faultKinds = [
   "postgresReset",
   "pause",
   "kill",
-  "clock"
+  "clock",
+  // Last: each kind draws from a stream of its own by its index, so the earlier kinds' plans stay.
+  "postgresSilent"
 ] as const
 
 export type FaultKind = (typeof faultKinds)[number]
@@ -40,6 +42,10 @@ export interface FaultEvent {
    * begun more than the query timeout before its end time out at staggered moments, then all land.
    */
   readonly stall: boolean
+  /** postgresSilent: the member-lock session is ended at the start (else it keeps forwarding). */
+  readonly lockEnded: boolean
+  /** postgresSilent: connections made during the silence pass (a stuck flow), else stay silent. */
+  readonly newConnectionsPass: boolean
 }
 
 interface KindPlan {
@@ -68,7 +74,9 @@ export const kindPlans: Readonly<Record<FaultKind, KindPlan>> = {
   postgresReset: { meanGapMs: 14_000, durationMs: [1_000, 6_000], resource: "postgres", disrupts: true },
   pause: { meanGapMs: 14_000, durationMs: [300, 8_000], resource: "process", disrupts: true },
   kill: { meanGapMs: 25_000, durationMs: [500, 4_000], resource: "process", disrupts: true },
-  clock: { meanGapMs: 8_000, durationMs: [2_000, 15_000], resource: "clock", disrupts: false }
+  clock: { meanGapMs: 8_000, durationMs: [2_000, 15_000], resource: "clock", disrupts: false },
+  // Nothing passes on its store connections, nothing is reset; the member-lock session kept or ended.
+  postgresSilent: { meanGapMs: 14_000, durationMs: [1_000, 6_000], resource: "postgres", disrupts: true }
 }
 
 export interface ScheduleOptions {
@@ -109,7 +117,12 @@ export const makeSchedule = (options: ScheduleOptions): Array<FaultEvent> => {
       // before a later load would have ended it.
       const sleepMs = kind === "doubt" ? Math.round(options.queryTimeoutMs + 20 + random() ** 2 * 2_500) : 0
       const stall = kind === "doubt" && random() < 0.5
-      candidates.push({ at: Math.round(at), kind, member, durationMs, level, sleepMs, stall })
+      const lockEnded = kind === "postgresSilent" && random() < 0.5
+      const newConnectionsPass = kind === "postgresSilent" && random() < 0.5
+      candidates.push({
+        at: Math.round(at),
+        ...{ kind, member, durationMs, level, sleepMs, stall, lockEnded, newConnectionsPass }
+      })
       at += -Math.log(1 - random()) * meanGapMs
     }
   })

@@ -5,7 +5,8 @@
  * - reset mode (`cut`): every connection reset, new ones refused (the server died, the port closed);
  * - silent mode (`silence`): nothing forwarded either way and nothing closed (a network partition):
  *   bytes wait in the proxy, connections made meanwhile are accepted and get no byte (not even the
- *   server's greeting) until `resume`, which forwards again what is still open, or `cut`.
+ *   server's greeting) until `resume`, which forwards again what is still open, or `cut`. It may spare
+ *   some connections (by their port towards the server: Postgres's `client_port`) and let new ones pass.
  */
 import net from "node:net"
 
@@ -16,13 +17,20 @@ export interface TcpProxy {
   /** Accepts connections again on the same port. */
   readonly restore: () => Promise<void>
   /** Stops forwarding bytes both ways, closing nothing (a connection made meanwhile waits, silent). */
-  readonly silence: () => void
+  readonly silence: (options?: SilenceOptions) => void
   /**
    * Forwards again on every connection still open (what waited in the proxy goes through first); a
    * connection already forwarding is left as it is, so resuming a proxy that was not silent is a no-op.
    */
   readonly resume: () => void
   readonly close: () => Promise<void>
+}
+
+export interface SilenceOptions {
+  /** Connections whose local port towards the server is one of these keep forwarding. */
+  readonly sparedUpstreamPorts?: ReadonlySet<number>
+  /** Connections made during the silence: silent (default, a partition) or forwarded (a stuck flow). */
+  readonly newConnections?: "silent" | "pass"
 }
 
 interface Pair {
@@ -87,9 +95,12 @@ export const startTcpProxy = async (targetHost: string, targetPort: number): Pro
       server = makeServer()
       await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve))
     },
-    silence: () => {
-      silent = true
-      for (const pair of pairs) hold(pair)
+    silence: (options) => {
+      silent = options?.newConnections !== "pass"
+      for (const pair of pairs) {
+        const port = pair.upstream?.localPort
+        if (port === undefined || options?.sparedUpstreamPorts?.has(port) !== true) hold(pair)
+      }
     },
     resume: () => {
       silent = false
