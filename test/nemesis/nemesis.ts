@@ -205,6 +205,8 @@ export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult
     })
     running = load
     const startedAt = Date.now()
+    // The processes' logs carry epoch ms: this is their +0 of the fault times.
+    log(`+0 ms faults start at ${startedAt} (${new Date(startedAt).toISOString()})`)
     const killed = new Set<ServeProcess>()
     const monitor = new Monitor(world, load, startedAt, killed, log)
     const applied: Array<AppliedFault> = []
