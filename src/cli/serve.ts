@@ -95,6 +95,7 @@ export const storeLayerFor = (
     prefix: settings.prefix,
     partitions: settings.partitions,
     recordEvents: settings.events.enabled,
+    queryTimeoutMs: settings.storeQueryTimeoutMs,
     ...(metrics === undefined ? {} : { metrics }),
     ...(outboxCounts === undefined ? {} : { outboxCounts }),
     ...(target.poolMax === undefined ? {} : { poolMax: target.poolMax }),

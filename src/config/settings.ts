@@ -18,7 +18,10 @@ import {
   partitionLeaseMsDefault,
   partitionLeaseMsMax,
   partitionLeaseMsMin,
-  partitionsMax
+  partitionsMax,
+  storeQueryTimeoutMs,
+  storeQueryTimeoutMsMax,
+  storeQueryTimeoutMsMin
 } from "../domain/limits.js"
 
 export type { Environment } from "./SettingsInvalid.js"
@@ -62,6 +65,8 @@ export interface Settings {
    * process serves nothing until back within (src/cluster/ClockOffset.ts).
    */
   readonly clockOffsetMaxMs: number
+  /** `QUOTA_STORE_QUERY_TIMEOUT`: how long the store waits for a statement's answer (default storeQueryTimeoutMs). */
+  readonly storeQueryTimeoutMs: number
 }
 
 /** A host and a TCP port (0: any free port, logged once bound). */
@@ -181,6 +186,13 @@ export const readSettings = (env: Environment): Effect.Effect<Settings, Settings
     )
     const httpAddress = yield* readHttpAddress(env)
     const events = yield* readEventSettings(env, prefix)
+    const queryTimeoutMs = yield* readDuration(
+      env,
+      "QUOTA_STORE_QUERY_TIMEOUT",
+      storeQueryTimeoutMs,
+      storeQueryTimeoutMsMin,
+      storeQueryTimeoutMsMax
+    )
     return {
       nats,
       databaseUrl: valueOf(env, "DATABASE_URL"),
@@ -193,6 +205,7 @@ export const readSettings = (env: Environment): Effect.Effect<Settings, Settings
       partitionLeaseMs: partitionLeaseMs ?? partitionLeaseMsDefault,
       httpAddress,
       events,
-      clockOffsetMaxMs: clockOffsetMaxMs ?? clockOffsetMaxMsDefault
+      clockOffsetMaxMs: clockOffsetMaxMs ?? clockOffsetMaxMsDefault,
+      storeQueryTimeoutMs: queryTimeoutMs
     }
   })

@@ -162,6 +162,14 @@ export const storeConnectTimeoutMs = 5_000
 export const storeQueryTimeoutMs = 10_000
 
 /**
+ * The range `QUOTA_STORE_QUERY_TIMEOUT` may set storeQueryTimeoutMs to. Below the minimum an ordinary
+ * write under load would time out and its outcome be doubtful; past the maximum a dead server holds
+ * every caller that long. A value outside is refused at start with the variable's name.
+ */
+export const storeQueryTimeoutMsMin = 100
+export const storeQueryTimeoutMsMax = 300_000
+
+/**
  * A group whose COMMIT's answer never came (the query timeout, a lost connection) may still commit on
  * the server. Before any later load or write group, the store ends that transaction's backend and waits
  * for it to be gone, so what follows sees its final outcome. Past this wait (the backend still there, or

@@ -324,6 +324,8 @@ export interface LoadOptions {
 
 export interface LoadFailure {
   readonly at: number
+  /** When the call was sent, where the load knows it. */
+  readonly sentAt?: number
   readonly op: string
   readonly user: string
   readonly what: string

@@ -36,6 +36,8 @@ export interface FlowLoadOptions {
   readonly holdUsersPerPartition: number
   readonly slotUsersPerPartition: number
   readonly seed: number
+  /** The SDK's retries (default: 60 attempts 25-250 ms apart, ~15 s when every attempt fails fast). */
+  readonly retry?: { readonly attemptsMax: number; readonly delayMsMax: number }
 }
 
 export interface WrongAnswer {
@@ -85,6 +87,8 @@ export class FlowLoad {
   readonly uncertain = new Set<string>()
   /** Per op, the times its calls were sent. */
   readonly sent = new Map<string, Array<number>>()
+  /** The calls sent and not yet answered or failed: one that stays here never resolved. */
+  readonly inFlight = new Set<{ readonly op: string; readonly user: string; readonly sentAt: number }>()
   readonly counts = { holdFlows: 0, granted: 0, refused: 0, slotFlows: 0, acquired: 0, busy: 0 }
   private readonly holdUsers: Array<UserSlot> = []
   private readonly slotUsers: Array<string> = []
@@ -106,7 +110,7 @@ export class FlowLoad {
       partitions,
       // Generous enough for a takeover: attempts every 25..250 ms, 1 s per attempt, for ~60 attempts.
       timeoutMs: 1_000,
-      retry: { attemptsMax: 60, baseDelayMs: 25, delayMsMax: 250 }
+      retry: { attemptsMax: 60, baseDelayMs: 25, delayMsMax: 250, ...options.retry }
     })
     const load = new FlowLoad(client, options)
     for (let partition = 0; partition < partitions; partition += 1) {
@@ -157,11 +161,14 @@ export class FlowLoad {
     const times = this.sent.get(op) ?? []
     times.push(started)
     this.sent.set(op, times)
+    const pending = { op, user, sentAt: started }
+    this.inFlight.add(pending)
     try {
       return await run()
     } catch (error) {
       this.failures.push({
         at: Date.now(),
+        sentAt: started,
         op,
         user,
         what: error instanceof Error ? `${error.name}: ${error.message}` : String(error)
@@ -169,6 +176,7 @@ export class FlowLoad {
       this.uncertain.add(user)
       return undefined
     } finally {
+      this.inFlight.delete(pending)
       this.longestCallMs = Math.max(this.longestCallMs, Date.now() - started)
     }
   }

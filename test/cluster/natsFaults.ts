@@ -198,7 +198,7 @@ export const runNatsFault = async (world: NatsFaultWorld, fault: NatsFault): Pro
 
   const faultAt = Date.now()
   if (fault === "reset") await proxy.cut()
-  else proxy.silence("lost")
+  else proxy.silence({ bytes: "lost" })
   // When the cut process logged that it saw NATS gone (read from its output as it grows).
   let lossSeenAt: number | undefined
   let scannedTo = logFrom

@@ -5,7 +5,8 @@
  * - reset mode (`cut`): every connection reset, new ones refused (the server died, the port closed);
  * - silent mode (`silence`): nothing forwarded either way and nothing closed (a network partition):
  *   bytes wait in the proxy, connections made meanwhile are accepted and get no byte (not even the
- *   server's greeting) until `resume`, which forwards again what is still open, or `cut`;
+ *   server's greeting) until `resume`, which forwards again what is still open, or `cut`. It may spare
+ *   some connections (by their port towards the server: Postgres's `client_port`) and let new ones pass;
  * - silent and losing (`silence("lost")`): the same, but what is sent meanwhile is lost, as a network
  *   that drops packets (a proxy that passes nothing): a connection made meanwhile loses the server's
  *   greeting, and a close by the server meanwhile never reaches the client, so a client waits for what
@@ -23,15 +24,29 @@ export interface TcpProxy {
    * Stops forwarding bytes both ways, closing nothing (a connection made meanwhile waits, silent). What
    * is sent meanwhile waits in the proxy ("held", the default) or is lost ("lost").
    */
-  readonly silence: (bytes?: "held" | "lost") => void
-  /** Forwards again on every connection still open (what waited in the proxy goes through first). */
+  readonly silence: (options?: SilenceOptions) => void
+  /**
+   * Forwards again on every connection still open (what waited in the proxy goes through first); a
+   * connection already forwarding is left as it is, so resuming a proxy that was not silent is a no-op.
+   */
   readonly resume: () => void
   readonly close: () => Promise<void>
+}
+
+export interface SilenceOptions {
+  /** What is sent meanwhile: waits in the proxy ("held", the default) or is lost ("lost"). */
+  readonly bytes?: "held" | "lost"
+  /** Connections whose local port towards the server is one of these keep forwarding. */
+  readonly sparedUpstreamPorts?: ReadonlySet<number>
+  /** Connections made during the silence: silent (default, a partition) or forwarded (a stuck flow). */
+  readonly newConnections?: "silent" | "pass"
 }
 
 interface Pair {
   readonly client: net.Socket
   upstream: net.Socket | undefined
+  /** Piped both ways now: forwarding it again would pipe it twice (every byte sent twice). */
+  flowing: boolean
   /** The server closed its side while bytes were lost: the client's side stays open, and silent. */
   severed: boolean
 }
@@ -62,7 +77,8 @@ export const startTcpProxy = async (targetHost: string, targetPort: number): Pro
   }
   /** Connects the pair's upstream (once) and forwards both ways. */
   const forward = (pair: Pair) => {
-    if (pair.severed) return
+    if (pair.severed || pair.flowing) return
+    pair.flowing = true
     const upstream = connectUpstream(pair)
     pair.client.off("data", discard)
     upstream.off("data", discard)
@@ -72,6 +88,7 @@ export const startTcpProxy = async (targetHost: string, targetPort: number): Pro
     upstream.resume()
   }
   const hold = (pair: Pair) => {
+    pair.flowing = false
     if (pair.upstream !== undefined) {
       pair.client.unpipe(pair.upstream)
       pair.upstream.unpipe(pair.client)
@@ -87,7 +104,7 @@ export const startTcpProxy = async (targetHost: string, targetPort: number): Pro
   }
   const makeServer = () =>
     net.createServer((client) => {
-      const pair: Pair = { client, upstream: undefined, severed: false }
+      const pair: Pair = { client, upstream: undefined, flowing: false, severed: false }
       pairs.add(pair)
       client.on("error", () => drop(pair)).on("close", () => drop(pair))
       if (silent === "held") client.pause()
@@ -110,9 +127,14 @@ export const startTcpProxy = async (targetHost: string, targetPort: number): Pro
       server = makeServer()
       await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve))
     },
-    silence: (bytes = "held") => {
-      silent = bytes
-      for (const pair of pairs) (bytes === "held" ? hold : lose)(pair)
+    silence: (options = {}) => {
+      const bytes = options.bytes ?? "held"
+      silent = options.newConnections === "pass" ? false : bytes
+      for (const pair of pairs) {
+        const spared = pair.upstream?.localPort
+        if (spared !== undefined && options.sparedUpstreamPorts?.has(spared) === true) continue
+        ;(bytes === "held" ? hold : lose)(pair)
+      }
     },
     resume: () => {
       silent = false

@@ -29,7 +29,8 @@ describe("readSettings", () => {
         replicas: 1,
         duplicateWindowMs: 120_000,
         outboxPerPartitionMax: 100_000
-      }
+      },
+      storeQueryTimeoutMs: 10_000
     })
   })
 
@@ -59,7 +60,8 @@ describe("readSettings", () => {
         QUOTA_EVENTS_REPLICAS: "3",
         QUOTA_EVENTS_DUPLICATE_WINDOW: "10m",
         QUOTA_EVENTS_OUTBOX_MAX: "500",
-        QUOTA_CLOCK_OFFSET_MAX_MS: "250"
+        QUOTA_CLOCK_OFFSET_MAX_MS: "250",
+        QUOTA_STORE_QUERY_TIMEOUT: "1s"
       })
     ).toEqual({
       nats: { servers: ["nats://a:4222", "nats://b:4222"] },
@@ -86,7 +88,8 @@ describe("readSettings", () => {
         replicas: 3,
         duplicateWindowMs: 600_000,
         outboxPerPartitionMax: 500
-      }
+      },
+      storeQueryTimeoutMs: 1_000
     })
   })
 
@@ -121,6 +124,8 @@ describe("readSettings", () => {
     ["FAIRNESS_PRO_LIMIT", "-1"],
     ["FAIRNESS_SNOOZE_DURATION", "30 parsecs"],
     ["FAIRNESS_SNOOZE_JITTER", "-5s"],
+    ["QUOTA_STORE_QUERY_TIMEOUT", "50ms"],
+    ["QUOTA_STORE_QUERY_TIMEOUT", "1h"],
     ["QUOTA_LEASE_MS", "999"],
     ["QUOTA_LEASE_MS", "600001"],
     ["QUOTA_CLOCK_OFFSET_MAX_MS", "9"],

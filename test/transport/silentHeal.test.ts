@@ -53,7 +53,7 @@ describe("a silent NATS cut that heals", () => {
   it(`is noticed within ${backBoundMs} ms of the heal`, async () => {
     expect(harness.server.connected()).toBe(true)
     const cutAt = Date.now()
-    proxy.silence("lost")
+    proxy.silence({ bytes: "lost" })
     const lostAt = await waitForChange(false, cutAt, 10_000)
     expect(lostAt, "the pings never saw the silence").toBeDefined()
     await sleep(silenceAfterLossMs)

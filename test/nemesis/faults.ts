@@ -1,0 +1,157 @@
+/**
+ * Applying one planned fault to the world and healing it after its duration. Each returns when the
+ * fault is healed, with a line saying what was done (for the run's log and summary).
+ */
+import { writeFile } from "node:fs/promises"
+import { sleep } from "../cluster/cluster.js"
+import { memberLockNamespace } from "../../src/store/postgres/ownership.js"
+import type { FaultEvent } from "./schedule.js"
+import type { NemesisMember, NemesisWorld } from "./world.js"
+import { currentServe, isRunning, restartMember } from "./world.js"
+
+/** How often a lost member lock is looked for again while it must stay lost. */
+const lockKillIntervalMs = 50
+
+/** The member's sessions that hold a member lock (advisory, the coordinators' namespace). */
+const lockSessions = `from pg_locks as lock join pg_stat_activity as activity on activity.pid = lock.pid
+  where lock.locktype = 'advisory' and lock.granted and lock.classid = $1::oid
+    and lock.database = (select oid from pg_database where datname = current_database())
+    and activity.application_name = $2`
+
+/** Ends the member's member-lock sessions; how many. */
+const endLockSessions = async (world: NemesisWorld, member: NemesisMember): Promise<number> => {
+  const result = await world.database.pool.query<{ ended: boolean }>(
+    `select pg_terminate_backend(lock.pid) as ended ${lockSessions}`,
+    [memberLockNamespace, member.app]
+  )
+  return result.rows.filter((row) => row.ended).length
+}
+
+/** The ports the member's member-lock sessions come from (its proxy's side towards Postgres). */
+const lockSessionPorts = async (world: NemesisWorld, member: NemesisMember): Promise<Set<number>> => {
+  const result = await world.database.pool.query<{ port: number }>(
+    `select activity.client_port as port ${lockSessions}`,
+    [memberLockNamespace, member.app]
+  )
+  return new Set(result.rows.map((row) => row.port))
+}
+
+const setDoubt = async (
+  world: NemesisWorld,
+  member: NemesisMember,
+  probability: number,
+  sleepMs: number,
+  stallMs?: number
+) => {
+  await world.database.pool.query(
+    `insert into nemesis.doubts (app, probability, sleep_ms, stall_until)
+     values ($1, $2, $3, clock_timestamp() + $4 * interval '1 millisecond')
+     on conflict (app) do update set probability = excluded.probability, sleep_ms = excluded.sleep_ms,
+       stall_until = excluded.stall_until`,
+    [member.app, probability, sleepMs, stallMs ?? null]
+  )
+}
+
+const setClock = async (member: NemesisMember, offsetMs: number) => {
+  if (member.clockFile === undefined) return
+  // libfaketime's relative form: seconds with a fraction ("+0.25", "-0.3").
+  await writeFile(member.clockFile, `${offsetMs < 0 ? "-" : "+"}${Math.abs(offsetMs) / 1_000}\n`)
+}
+
+export const applyFault = async (world: NemesisWorld, event: FaultEvent): Promise<string> => {
+  const member = world.members[event.member]!
+  const name = `m${member.index}`
+  switch (event.kind) {
+    case "doubt": {
+      if (event.stall) {
+        await setDoubt(world, member, 1, 0, event.durationMs)
+        await sleep(event.durationMs)
+        await setDoubt(world, member, 0, 0)
+        return `${name}: storage stall, every COMMIT waited until its end, for ${event.durationMs} ms`
+      }
+      await setDoubt(world, member, event.level, event.sleepMs)
+      await sleep(event.durationMs)
+      await setDoubt(world, member, 0, 0)
+      return `${name}: ${Math.round(event.level * 100)} % of commits slept ${event.sleepMs} ms for ${event.durationMs} ms`
+    }
+    case "memberLock": {
+      let ended = await endLockSessions(world, member)
+      const until = Date.now() + event.durationMs
+      while (Date.now() < until) {
+        await sleep(lockKillIntervalMs)
+        ended += await endLockSessions(world, member)
+      }
+      return `${name}: member-lock session ended ${ended} times over ${event.durationMs} ms`
+    }
+    case "natsReset": {
+      await member.nats.cut()
+      await sleep(event.durationMs)
+      await member.nats.restore()
+      return `${name}: NATS connections reset for ${event.durationMs} ms`
+    }
+    case "natsSilent": {
+      member.nats.silence()
+      await sleep(event.durationMs)
+      member.nats.resume()
+      return `${name}: NATS silent for ${event.durationMs} ms`
+    }
+    case "postgresReset": {
+      await member.postgres.cut()
+      await sleep(event.durationMs)
+      await member.postgres.restore()
+      return `${name}: Postgres connections reset for ${event.durationMs} ms`
+    }
+    case "postgresSilent": {
+      // The store's connections go silent; the member-lock session keeps forwarding, or is ended
+      // (its new session then waits like any new connection, or passes: a stuck flow, not a partition).
+      const spared = await lockSessionPorts(world, member)
+      const newConnections = event.newConnectionsPass ? "pass" : "silent"
+      member.postgres.silence({ sparedUpstreamPorts: spared, newConnections })
+      const ended = event.lockEnded ? await endLockSessions(world, member) : 0
+      await sleep(event.durationMs)
+      member.postgres.resume()
+      return (
+        `${name}: Postgres silent on its store connections for ${event.durationMs} ms, member lock ` +
+        `${event.lockEnded ? `ended (${ended} sessions)` : `kept (${spared.size} sessions)`}, ` +
+        `new connections ${newConnections}`
+      )
+    }
+    case "pause": {
+      const serve = currentServe(member)
+      if (!isRunning(serve)) return `${name}: not running, not paused`
+      serve.child.kill("SIGSTOP")
+      await sleep(event.durationMs)
+      serve.child.kill("SIGCONT")
+      return `${name}: paused (SIGSTOP) for ${event.durationMs} ms`
+    }
+    case "kill": {
+      const serve = currentServe(member)
+      if (!isRunning(serve)) return `${name}: not running, not killed`
+      serve.child.kill("SIGKILL")
+      await serve.exited
+      await sleep(event.durationMs)
+      restartMember(member)
+      return `${name}: killed (SIGKILL), started again after ${event.durationMs} ms`
+    }
+    case "clock": {
+      await setClock(member, event.level)
+      await sleep(event.durationMs)
+      await setClock(member, 0)
+      return `${name}: wall clock ${event.level > 0 ? "+" : ""}${event.level} ms for ${event.durationMs} ms`
+    }
+  }
+}
+
+/** Every fault off: doubts, clocks, proxies forwarding, processes running (one that died is started). */
+export const healAll = async (world: NemesisWorld): Promise<void> => {
+  await world.database.pool.query("delete from nemesis.doubts")
+  for (const member of world.members) {
+    await setClock(member, 0)
+    // Every reset was restored when its fault ended (the run waits for them all before this).
+    member.nats.resume()
+    member.postgres.resume()
+    const serve = currentServe(member)
+    if (isRunning(serve)) serve.child.kill("SIGCONT")
+    else restartMember(member)
+  }
+}

@@ -1,0 +1,99 @@
+/**
+ * `npm run nemesis -- --minutes N [--seed S] [--faults doubt,memberLock] [--run-seconds 60]
+ * [--intensity 1] [--out DIR] [--keep-going]`
+ *
+ * Runs seeds S, S+1, ... (each a run of --run-seconds of faults, default 60) until N minutes of faults
+ * have run or a run finds a violation (unless --keep-going). The seed comes from --seed, else
+ * QUOTA_NEMESIS_SEED, else the clock; it is printed at the start and with every failure, and
+ * `--seed S --minutes <one run>` (or QUOTA_NEMESIS_SEED=S) replays that run's plan of faults.
+ * Results go to --out when given: markdown, JSON, and every run's process logs (whole for a run with a
+ * violation, its decision lines left out otherwise). Exit code 1 when a violation was found.
+ * SIGINT or SIGTERM ends every process the runner started (serve, nats-server) before it exits.
+ */
+import { parseArgs } from "node:util"
+import buildServe from "../support/buildServe.js"
+import { runNemesis } from "./nemesis.js"
+import type { NemesisResult } from "./nemesis.js"
+import { describeRun, writeResults } from "./report.js"
+import type { SeriesSummary } from "./report.js"
+import { faultKinds, parseKinds } from "./schedule.js"
+import { endEverything, faketimeAvailable } from "./world.js"
+
+for (const signal of ["SIGINT", "SIGTERM"] as const)
+  process.once(signal, () => {
+    console.log(`nemesis: ${signal}, ending the processes it started`)
+    void endEverything().finally(() => process.exit(signal === "SIGINT" ? 130 : 143))
+  })
+
+const { values } = parseArgs({
+  options: {
+    minutes: { type: "string", default: "1" },
+    seed: { type: "string" },
+    faults: { type: "string" },
+    "run-seconds": { type: "string", default: "60" },
+    intensity: { type: "string", default: "1" },
+    out: { type: "string" },
+    "keep-going": { type: "boolean", default: false }
+  },
+  strict: true
+})
+
+const seedText = values.seed ?? process.env["QUOTA_NEMESIS_SEED"]
+const baseSeed = seedText === undefined ? Date.now() % 1_000_000 : Number(seedText)
+if (!Number.isSafeInteger(baseSeed)) throw new Error(`--seed must be an integer, got ${seedText}`)
+const kinds = parseKinds(values.faults)
+const clock = faketimeAvailable()
+if (kinds.includes("clock") && !clock)
+  console.log("libfaketime not found (apt-get install -y faketime): clock offsets are not applied")
+const runMs = Number(values["run-seconds"]) * 1_000
+const budgetMs = Number(values.minutes) * 60_000
+const intensity = Number(values.intensity)
+
+console.log(
+  `nemesis: seed ${baseSeed}, faults ${kinds.join(", ")} (of ${faultKinds.join(", ")}), ` +
+    `${values.minutes} min in runs of ${runMs / 1_000} s, intensity ${intensity}`
+)
+await buildServe()
+const startedAt = new Date().toISOString()
+const runs: Array<Omit<NemesisResult, "logs">> = []
+const runLogs: Array<{ seed: number; failed: boolean; logs: NemesisResult["logs"] }> = []
+const replayOptions =
+  (values.faults === undefined ? "" : ` --faults ${values.faults}`) +
+  (intensity === 1 ? "" : ` --intensity ${intensity}`)
+// A remainder under 10 s is not worth a cluster's start: the series ends there.
+for (let seed = baseSeed; runs.length === 0 || budgetMs - sumFaultsMs(runs) >= 10_000; seed += 1) {
+  const faultsMs = Math.min(runMs, budgetMs - sumFaultsMs(runs))
+  const { logs, ...run } = await runNemesis({
+    seed,
+    faultsMs,
+    kinds,
+    clock,
+    intensity,
+    stopOnViolation: !values["keep-going"]
+  })
+  runs.push(run)
+  console.log(describeRun(run))
+  runLogs.push({ seed, failed: run.violations.length > 0, logs })
+  if (run.violations.length > 0) {
+    console.log(
+      `VIOLATIONS with seed ${seed} (replay: npm run nemesis -- --seed ${seed} --minutes ${faultsMs / 60_000}` +
+        `${replayOptions}):\n` +
+        run.violations
+          .slice(0, 20)
+          .map((violation) => `+${violation.atMs} ms ${violation.what}`)
+          .join("\n")
+    )
+    if (!values["keep-going"]) break
+  }
+}
+const summary: SeriesSummary = { startedAt, baseSeed, kinds, runs }
+if (values.out !== undefined) {
+  const prefix = `nemesis-${startedAt.slice(0, 19).replaceAll(":", "")}`
+  await writeResults(values.out, prefix, baseSeed, summary, runLogs)
+  console.log(`results in ${values.out}/${prefix}-seed${baseSeed}.md`)
+}
+process.exit(runs.some((run) => run.violations.length > 0) ? 1 : 0)
+
+function sumFaultsMs(done: ReadonlyArray<{ faultsMs: number }>): number {
+  return done.reduce((total, run) => total + run.faultsMs, 0)
+}

@@ -1,0 +1,164 @@
+/**
+ * The nemesis's plan: from a seed, which fault starts when, on which process, for how long. Pure (no
+ * clock, no IO), so a seed names one plan and a failing run is replayed by its seed (the timing of the
+ * real processes is not replayed: as in Jepsen, the seed fixes what is done and when, not what the
+ * scheduler of the machine does meanwhile).
+ *
+ * Each kind of fault starts at moments drawn from its own exponential gaps, so faults of different
+ * kinds overlap freely: most bugs sit where two faults meet. Two rules keep a run meaningful:
+ * a process has one fault of each resource at a time (one NATS fault, one Postgres reset, one pause or
+ * kill...), and at most `disruptedMax` processes are cut off, paused or dead at once (the others serve,
+ * so the load keeps going and every fault is met under load).
+ */
+import { makeRng } from "../../bench/lib/rng.js"
+
+export const faultKinds = [
+  "doubt",
+  "memberLock",
+  "natsReset",
+  "natsSilent",
+  "postgresReset",
+  "pause",
+  "kill",
+  "clock",
+  // Last: each kind draws from a stream of its own by its index, so the earlier kinds' plans stay.
+  "postgresSilent"
+] as const
+
+export type FaultKind = (typeof faultKinds)[number]
+
+export interface FaultEvent {
+  /** ms from the start of the faults. */
+  readonly at: number
+  readonly kind: FaultKind
+  readonly member: number
+  readonly durationMs: number
+  /** doubt: share of commits that sleep; clock: the offset in ms; else 0. */
+  readonly level: number
+  /** doubt: how long a commit sleeps (past the query timeout); else 0. */
+  readonly sleepMs: number
+  /**
+   * doubt: a storage stall instead: every COMMIT of the process waits until the fault ends, so those
+   * begun more than the query timeout before its end time out at staggered moments, then all land.
+   */
+  readonly stall: boolean
+  /** postgresSilent: the member-lock session is ended at the start (else it keeps forwarding). */
+  readonly lockEnded: boolean
+  /** postgresSilent: connections made during the silence pass (a stuck flow), else stay silent. */
+  readonly newConnectionsPass: boolean
+}
+
+interface KindPlan {
+  /** Mean gap between two starts of this kind, anywhere in the cluster. */
+  readonly meanGapMs: number
+  readonly durationMs: readonly [number, number]
+  /** The kinds that share a resource of a process never overlap on it. */
+  readonly resource: string
+  /** Cut off, paused or dead: counts against disruptedMax. */
+  readonly disrupts: boolean
+}
+
+/**
+ * Offsets stay below this: item 4's bound (QUOTA_CLOCK_OFFSET_MAX_MS, 500 ms by default) stops a
+ * process further off, and the nemesis checks what must hold within the bound.
+ */
+export const clockOffsetMaxMs = 390
+
+export const kindPlans: Readonly<Record<FaultKind, KindPlan>> = {
+  // Commits sleep in COMMIT past the query timeout: their outcome is unknown to the process.
+  doubt: { meanGapMs: 6_000, durationMs: [1_000, 8_000], resource: "doubt", disrupts: false },
+  // The member lock's session ended, and ended again each time it is taken, for the duration.
+  memberLock: { meanGapMs: 9_000, durationMs: [0, 3_000], resource: "lock", disrupts: false },
+  natsReset: { meanGapMs: 14_000, durationMs: [1_000, 8_000], resource: "nats", disrupts: true },
+  natsSilent: { meanGapMs: 14_000, durationMs: [1_000, 8_000], resource: "nats", disrupts: true },
+  postgresReset: { meanGapMs: 14_000, durationMs: [1_000, 6_000], resource: "postgres", disrupts: true },
+  pause: { meanGapMs: 14_000, durationMs: [300, 8_000], resource: "process", disrupts: true },
+  kill: { meanGapMs: 25_000, durationMs: [500, 4_000], resource: "process", disrupts: true },
+  clock: { meanGapMs: 8_000, durationMs: [2_000, 15_000], resource: "clock", disrupts: false },
+  // Nothing passes on its store connections, nothing is reset; the member-lock session kept or ended.
+  postgresSilent: { meanGapMs: 14_000, durationMs: [1_000, 6_000], resource: "postgres", disrupts: true }
+}
+
+export interface ScheduleOptions {
+  readonly seed: number
+  /** Faults start within [0, faultsMs) and end by it. */
+  readonly faultsMs: number
+  readonly members: number
+  readonly kinds: ReadonlyArray<FaultKind>
+  readonly queryTimeoutMs: number
+  /** At most this many processes cut off, paused or dead at once. */
+  readonly disruptedMax: number
+  /** Divides every mean gap: 2 means faults twice as often. */
+  readonly intensity?: number
+}
+
+export const makeSchedule = (options: ScheduleOptions): Array<FaultEvent> => {
+  const candidates: Array<FaultEvent> = []
+  faultKinds.forEach((kind, kindIndex) => {
+    if (!options.kinds.includes(kind)) return
+    // A stream per kind: switching one kind off leaves the others' plans as they were.
+    const random = makeRng(options.seed * 7_919 + kindIndex).next
+    const plan = kindPlans[kind]
+    const meanGapMs = plan.meanGapMs / (options.intensity ?? 1)
+    const [shortest, longest] = plan.durationMs
+    for (let at = -Math.log(1 - random()) * meanGapMs; at < options.faultsMs;) {
+      const durationMs = Math.round(
+        Math.min(shortest + random() * (longest - shortest), Math.max(0, options.faultsMs - at))
+      )
+      const member = Math.floor(random() * options.members)
+      const sign = random() < 0.5 ? -1 : 1
+      const level =
+        kind === "doubt"
+          ? 0.2 + 0.8 * random()
+          : kind === "clock"
+            ? sign * Math.round(50 + random() * (clockOffsetMaxMs - 50))
+            : 0
+      // Biased to just past the timeout: such a commit lands soon after the process gave up on it,
+      // before a later load would have ended it.
+      const sleepMs = kind === "doubt" ? Math.round(options.queryTimeoutMs + 20 + random() ** 2 * 2_500) : 0
+      const stall = kind === "doubt" && random() < 0.5
+      const lockEnded = kind === "postgresSilent" && random() < 0.5
+      const newConnectionsPass = kind === "postgresSilent" && random() < 0.5
+      candidates.push({
+        at: Math.round(at),
+        ...{ kind, member, durationMs, level, sleepMs, stall, lockEnded, newConnectionsPass }
+      })
+      at += -Math.log(1 - random()) * meanGapMs
+    }
+  })
+  candidates.sort((left, right) => left.at - right.at || left.kind.localeCompare(right.kind))
+  const accepted: Array<FaultEvent> = []
+  const overlaps = (event: FaultEvent, other: FaultEvent) =>
+    other.at < event.at + event.durationMs && event.at < other.at + other.durationMs + 500
+  for (const event of candidates) {
+    const plan = kindPlans[event.kind]
+    const busy = accepted.some(
+      (other) =>
+        other.member === event.member &&
+        kindPlans[other.kind].resource === plan.resource &&
+        overlaps(event, other)
+    )
+    if (busy) continue
+    if (plan.disrupts) {
+      const disrupted = new Set(
+        accepted
+          .filter((other) => kindPlans[other.kind].disrupts && overlaps(event, other))
+          .map((other) => other.member)
+      )
+      disrupted.add(event.member)
+      if (disrupted.size > options.disruptedMax) continue
+    }
+    accepted.push(event)
+  }
+  return accepted
+}
+
+/** "doubt,memberLock" -> the kinds; throws on an unknown name. */
+export const parseKinds = (text: string | undefined): Array<FaultKind> => {
+  if (text === undefined || text === "all") return [...faultKinds]
+  return text.split(",").map((name) => {
+    const kind = faultKinds.find((candidate) => candidate === name.trim())
+    if (kind === undefined) throw new Error(`unknown fault kind ${name}; known: ${faultKinds.join(", ")}`)
+    return kind
+  })
+}
