@@ -21,6 +21,13 @@ if ! command -v nats-server >/dev/null 2>&1 && [ ! -x /usr/sbin/nats-server ]; t
   fi
 fi
 
+# libfaketime: the nemesis (test/nemesis, test/cluster/nemesis.test.ts) shifts each process's wall clock with it.
+if [ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] && command -v apt-get >/dev/null 2>&1; then
+  say "installing faketime (Debian package)"
+  (apt-get install -y -q faketime >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q faketime >/dev/null 2>&1; }) \
+    || say "could not install faketime; the nemesis runs without clock offsets"
+fi
+
 if ! pg_up; then
   say "starting PostgreSQL"
   if command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then
