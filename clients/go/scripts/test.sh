@@ -50,6 +50,13 @@ fi
 go vet ./...
 # The README's River worker, against River's interfaces stubbed locally (River is not in Debian).
 go vet -tags river_example ./examples/river/...
+readme_worker="$(sed -n '/^type AnalysisArgs struct/,/^```$/p' README.md | sed '$d')"
+example_worker="$(sed -n '/^type AnalysisArgs struct/,/^\/\/ README end$/p' examples/river/main.go | sed '$d')"
+if [ "$readme_worker" != "$example_worker" ]; then
+  say "README.md's River worker differs from examples/river/main.go's:"
+  diff <(echo "$readme_worker") <(echo "$example_worker") >&2 || true
+  exit 1
+fi
 # A fresh module that requires the client through a replace, built and run offline.
 bash "$module_dir/scripts/fresh-module.sh"
 go test -count=1 -timeout 120s "$@" ./...
