@@ -6,10 +6,11 @@
 #   - installs golang-go and golang-github-nats-io-go-nats-dev (nats.go 1.22 with nkeys, nuid and
 #     golang.org/x/*) when missing;
 #   - writes a Go workspace (clients/go/.offline/go.work, ignored by git) that replaces every module of
-#     the build graph by its directory under /usr/share/gocode/src; a source without a go.mod (nuid)
-#     gets a shadow directory with one, and two modules x/text's go.mod names but no build uses
-#     (x/tools, x/mod) get empty stand-ins;
-#   - runs gofmt, go vet and go test with GOPROXY=off, so nothing is downloaded.
+#     the build graph by its directory under /usr/share/gocode/src (scripts/offline-replaces.sh, the
+#     same replacements the README gives a project that uses the client);
+#   - runs gofmt, go vet (also of the README's River worker, examples/river, build tag river_example),
+#     scripts/fresh-module.sh (a new module requiring the client by a replace, built and run) and go
+#     test with GOPROXY=off, so nothing is downloaded.
 #
 # go test starts its own coordinator (clients/go/main_test.go): it needs `npm ci` done in the
 # repository, PostgreSQL and NATS with JetStream (scripts/ensure-services.sh), DATABASE_URL and NATS_URL
@@ -34,34 +35,12 @@ fi
 offline="$module_dir/.offline"
 rm -rf "$offline"
 mkdir -p "$offline"
-{
-  echo "go 1.19"
-  echo
-  echo "use $module_dir"
-  echo
-  echo "replace ("
-  for module in github.com/nats-io/nats.go github.com/nats-io/nkeys github.com/nats-io/nuid \
-    golang.org/x/crypto golang.org/x/net golang.org/x/sys golang.org/x/term golang.org/x/text; do
-    source_dir="$gocode/$module"
-    [ -d "$source_dir" ] || { say "missing $source_dir (Debian package golang-github-nats-io-go-nats-dev)"; exit 1; }
-    if [ ! -f "$source_dir/go.mod" ]; then
-      shadow="$offline/shadow/$module"
-      mkdir -p "$shadow"
-      for entry in "$source_dir"/*; do ln -s "$entry" "$shadow/"; done
-      printf 'module %s\n\ngo 1.12\n' "$module" > "$shadow/go.mod"
-      source_dir="$shadow"
-    fi
-    echo "	$module => $source_dir"
-  done
-  for module in golang.org/x/tools golang.org/x/mod; do
-    mkdir -p "$offline/unused/$module"
-    printf 'module %s\n\ngo 1.17\n' "$module" > "$offline/unused/$module/go.mod"
-    echo "	$module => $offline/unused/$module"
-  done
-  echo ")"
-} > "$offline/go.work"
-
+printf 'go 1.19\n\nuse %s\n' "$module_dir" > "$offline/go.work"
 export GOWORK="$offline/go.work" GOPROXY=off GOSUMDB=off GOFLAGS= GOTOOLCHAIN=local
+while read -r replacement; do
+  go work edit -replace="$replacement" "$offline/go.work"
+done < <(bash "$module_dir/scripts/offline-replaces.sh" "$offline")
+
 cd "$module_dir"
 unformatted="$(gofmt -l $(find . -path ./.offline -prune -o -name "*.go" -print))"
 if [ -n "$unformatted" ]; then
@@ -69,4 +48,15 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 go vet ./...
+# The README's River worker, against River's interfaces stubbed locally (River is not in Debian).
+go vet -tags river_example ./examples/river/...
+readme_worker="$(sed -n '/^type AnalysisArgs struct/,/^```$/p' README.md | sed '$d')"
+example_worker="$(sed -n '/^type AnalysisArgs struct/,/^\/\/ README end$/p' examples/river/main.go | sed '$d')"
+if [ "$readme_worker" != "$example_worker" ]; then
+  say "README.md's River worker differs from examples/river/main.go's:"
+  diff <(echo "$readme_worker") <(echo "$example_worker") >&2 || true
+  exit 1
+fi
+# A fresh module that requires the client through a replace, built and run offline.
+bash "$module_dir/scripts/fresh-module.sh"
 go test -count=1 -timeout 120s "$@" ./...

@@ -164,7 +164,11 @@ func New(nc *nats.Conn, options Options) (*Client, error) {
 
 // Connect connects to NATS with the settings of the environment (NATSOptionsFromEnv: NATS_URL,
 // NATS_CREDS, NATS_NKEY, NATS_USER/NATS_PASSWORD, NATS_TOKEN, NATS_CA/NATS_CERT/NATS_KEY), then
-// natsOptions, and returns a client that closes the connection on Close.
+// natsOptions, and returns a client that closes the connection on Close. The deployment's prefix and
+// partitions come from options, else QUOTA_PREFIX and QUOTA_PARTITIONS (SettingsFromEnv), and are
+// checked against the running coordinators of the prefix (Discover, up to a second): options.Partitions
+// zero and QUOTA_PARTITIONS unset take the service's count, and a count that disagrees with it is a
+// *SettingsError. With no coordinator answering, the configured count (or 64) is used.
 func Connect(options Options, natsOptions ...nats.Option) (*Client, error) {
 	url, fromEnv, err := NATSOptionsFromEnv(nil)
 	if err != nil {
@@ -174,7 +178,12 @@ func Connect(options Options, natsOptions ...nats.Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("quota: cannot connect to NATS at %s: %w", redactURLs(url), err)
 	}
-	client, err := New(nc, options)
+	resolved, err := resolveDeployment(nc, options, nil)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	client, err := New(nc, resolved)
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -245,68 +254,98 @@ func (c *Client) subject(user string, kind subjectKind) string {
 	return fmt.Sprintf("%s.v1.%d.%s", c.options.Prefix, Partition(user, c.options.Partitions), kind)
 }
 
+// retryAttemptMin is the least time left worth another attempt of a retried command. With less left
+// the call waits out its deadline and reports it: it never gives up while time is left.
+const retryAttemptMin = 10 * time.Millisecond
+
 // call sends one command to its user's partition and returns its result, retrying what the protocol
-// says is safe to retry. The command is encoded once: every attempt sends the same bytes.
-func (c *Client) call(ctx context.Context, kind subjectKind, user, op string, command any, wait time.Duration) (wireResult, error) {
+// says is safe to retry until the context's deadline (or CallTimeout). The command is encoded once:
+// every attempt sends the same bytes. A backoff that would pass the deadline shrinks so that a last
+// attempt gets what is left (half of it, or the request timeout if shorter), and no message waits for
+// its reply past the deadline.
+func (c *Client) call(ctx context.Context, kind subjectKind, about target, op string, command any, wait time.Duration) (wireResult, error) {
 	body, err := json.Marshal(command)
 	if err != nil {
-		return wireResult{}, fmt.Errorf("quota: %s: encoding the command: %w", op, err)
+		return wireResult{}, fmt.Errorf("quota: %s of %s: encoding the command: %w", op, about, err)
 	}
 	if _, hasDeadline := ctx.Deadline(); !hasDeadline {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.options.CallTimeout+wait)
 		defer cancel()
 	}
-	subject := c.subject(user, kind)
+	deadline, _ := ctx.Deadline()
+	started := time.Now()
+	subject := c.subject(about.user, kind)
 	var reason RetryReason
+	stopped := func(attempts int, err error) error {
+		if reason != "" {
+			return &RetriesExhaustedError{Op: op, User: about.user, Target: about.what, Subject: subject, Attempts: attempts, Reason: reason, Elapsed: time.Since(started), Err: err}
+		}
+		return &CallError{Op: op, User: about.user, Target: about.what, Subject: subject, Err: err}
+	}
 	for attempt := 1; ; attempt++ {
 		if attempt > 1 {
 			c.retries.Add(1)
 		}
-		pending := &pendingCommand{ctx: ctx, body: body, done: make(chan outcome, 1), timeout: c.options.RequestTimeout + wait}
+		timeout := c.options.RequestTimeout + wait
+		if left := time.Until(deadline); left < timeout {
+			timeout = left
+		}
+		if timeout < time.Millisecond {
+			timeout = time.Millisecond
+		}
+		pending := &pendingCommand{ctx: ctx, body: body, done: make(chan outcome, 1), timeout: timeout}
 		if err := c.submit(subject, pending, wait > 0); err != nil {
-			return wireResult{}, err
+			return wireResult{}, stopped(attempt, err)
 		}
 		var got outcome
 		select {
 		case got = <-pending.done:
 		case <-ctx.Done():
-			return wireResult{}, c.stopped(op, subject, attempt, reason, ctx.Err())
+			return wireResult{}, stopped(attempt, ctx.Err())
 		}
 		if got.err != nil {
-			return wireResult{}, got.err
+			return wireResult{}, &CallError{Op: op, User: about.user, Target: about.what, Subject: subject, Err: got.err}
 		}
 		if got.retry == "" {
 			return got.result, nil
 		}
 		reason = got.retry
 		if c.options.Retry.AttemptsMax > 0 && attempt >= c.options.Retry.AttemptsMax {
-			return wireResult{}, &RetriesExhaustedError{Op: op, Subject: subject, Attempts: attempt, Reason: reason}
+			return wireResult{}, stopped(attempt, nil)
 		}
 		delay := c.backoff(attempt)
-		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < delay {
-			// The deadline comes before the next attempt could be sent: say so now rather than at it.
-			return wireResult{}, &RetriesExhaustedError{Op: op, Subject: subject, Attempts: attempt, Reason: reason, Err: context.DeadlineExceeded}
+		left := time.Until(deadline)
+		if left < retryAttemptMin {
+			// No time worth an attempt: wait out the deadline rather than report it early.
+			select {
+			case <-ctx.Done():
+				return wireResult{}, stopped(attempt, ctx.Err())
+			case <-c.closing:
+				return wireResult{}, stopped(attempt, ErrClosed)
+			}
+		}
+		if lastAttempt := minDuration(c.options.RequestTimeout+wait, left/2); delay > left-lastAttempt {
+			delay = left - lastAttempt
 		}
 		timer := time.NewTimer(delay)
 		select {
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()
-			return wireResult{}, c.stopped(op, subject, attempt, reason, ctx.Err())
+			return wireResult{}, stopped(attempt, ctx.Err())
 		case <-c.closing:
 			timer.Stop()
-			return wireResult{}, ErrClosed
+			return wireResult{}, stopped(attempt, ErrClosed)
 		}
 	}
 }
 
-// stopped is the error of a call whose context ended while it waited.
-func (c *Client) stopped(op, subject string, attempts int, reason RetryReason, err error) error {
-	if reason != "" {
-		return &RetriesExhaustedError{Op: op, Subject: subject, Attempts: attempts, Reason: reason, Err: err}
+func minDuration(a, b time.Duration) time.Duration {
+	if a < b {
+		return a
 	}
-	return fmt.Errorf("quota: %s on %s: %w", op, subject, err)
+	return b
 }
 
 // backoff before the next attempt after `attempts` failed ones: equal jitter over a capped exponential.

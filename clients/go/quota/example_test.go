@@ -7,7 +7,7 @@ import (
 	"log"
 	"time"
 
-	quota "github.com/quota-coordinator/quota-coordinator/clients/go"
+	"github.com/quota-coordinator/quota-coordinator/clients/go/quota"
 )
 
 func Example() {

@@ -1,7 +1,7 @@
 package quota
 
 // The tests run against a real coordinator that TestMain starts: `serve` of the TypeScript project
-// this module lives in (../..), on this machine's NATS and PostgreSQL, with a database and a subject
+// this module lives in (../../..), on this machine's NATS and PostgreSQL, with a database and a subject
 // prefix of its own so that nobody else's tests see it, and stops it at the end (the events stream and
 // the database go with it).
 //
@@ -166,7 +166,7 @@ func (c *coordinator) tail(n int) string {
 }
 
 func startCoordinator(databaseURL string) (*coordinator, error) {
-	root, err := filepath.Abs("../..")
+	root, err := filepath.Abs("../../..")
 	if err != nil {
 		return nil, err
 	}

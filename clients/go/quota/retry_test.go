@@ -278,6 +278,59 @@ func TestLimitReachedIsATypedResultNotRetried(t *testing.T) {
 	}
 }
 
+// limit_reached from WithHold and WithSlot is a *LimitReachedError a worker finds with errors.As (issue
+// 30 item 2), and every refusal's message names the user, the hold or job, and the reply's figures
+// (item 3).
+func TestLimitReachedFromTheHelpersIsTypedAndSaysWhatHappened(t *testing.T) {
+	ctx := testContext(t, 10*time.Second)
+	prefix, _ := fakeCoordinator(t, func(msg *nats.Msg) {
+		_ = msg.Respond([]byte(`[{"status":"limit_reached","bound":"slot_waiters","max":1000}]`))
+	})
+	c := clientWithPrefix(t, prefix, nil)
+	_, holdErr := WithHold(ctx, c, Reserve{User: "acct-42", Meter: "tokens", Amount: 350000, ID: "job-7"}, func(context.Context, ReserveResult) (int64, error) {
+		return 0, errors.New("ran without a hold")
+	})
+	slotErr := WithSlot(ctx, c, SlotJob{User: "acct-42", Job: "job-8"}, func(context.Context) error { return errors.New("ran without a slot") })
+	for _, tc := range []struct {
+		err  error
+		want []string
+	}{
+		{holdErr, []string{`hold "job-7"`, `user "acct-42"`, "350000 tokens", "limit_reached", "slot_waiters", "1000"}},
+		{slotErr, []string{`job "job-8"`, `user "acct-42"`, "limit_reached", "slot_waiters", "1000"}},
+	} {
+		var limit *LimitReachedError
+		if !errors.As(tc.err, &limit) || limit.Bound != BoundSlotWaiters || limit.Max != 1000 || limit.User != "acct-42" {
+			t.Fatalf("want a *LimitReachedError (slot_waiters, 1000, user acct-42), got %T %v", tc.err, tc.err)
+		}
+		for _, part := range tc.want {
+			if !strings.Contains(tc.err.Error(), part) {
+				t.Errorf("the message %q does not say %s", tc.err.Error(), part)
+			}
+		}
+		t.Logf("%s", tc.err)
+	}
+	var notGranted *SlotNotGrantedError
+	if !errors.As(slotErr, &notGranted) || notGranted.Job != "job-8" {
+		t.Fatalf("WithSlot: want a *SlotNotGrantedError as well, got %v", slotErr)
+	}
+}
+
+// An insufficient_quota refusal names the figures of the meter it was refused on.
+func TestHoldNotGrantedSaysTheFigures(t *testing.T) {
+	ctx := testContext(t, 10*time.Second)
+	user := unique("figures")
+	setLimit(t, user, "tokens", 100)
+	_, err := WithHold(ctx, testClient, Reserve{User: user, Meter: "tokens", Amount: 350, ID: "job-9"}, func(context.Context, ReserveResult) (int64, error) {
+		return 0, errors.New("ran without a hold")
+	})
+	t.Logf("%s", err)
+	for _, part := range []string{`hold "job-9"`, "user \"" + user + "\"", "insufficient_quota", "requested 350", "available 100 of limit 100"} {
+		if err == nil || !strings.Contains(err.Error(), part) {
+			t.Errorf("the message %v does not say %s", err, part)
+		}
+	}
+}
+
 func TestServiceErrorIsAnErrorNotRetried(t *testing.T) {
 	ctx := testContext(t, 10*time.Second)
 	prefix, received := fakeCoordinator(t, func(msg *nats.Msg) {

@@ -28,7 +28,7 @@ func WithHold(ctx context.Context, c *Client, reserve Reserve, work HoldWork) (c
 		return HoldResult{}, err
 	}
 	if !hold.Granted() {
-		return HoldResult{}, &HoldNotGrantedError{Result: hold}
+		return HoldResult{}, &HoldNotGrantedError{User: reserve.User, ID: reserve.ID, Meter: reserve.Meter, Amount: reserve.Amount, Result: hold}
 	}
 	release := func() {
 		// The work's error is what the caller needs. If the release fails as well, the hold still
@@ -55,7 +55,7 @@ func WithHold(ctx context.Context, c *Client, reserve Reserve, work HoldWork) (c
 		return HoldResult{}, err
 	}
 	if commit.Status != StatusCommitted && commit.Status != StatusExists {
-		return commit, &HoldNotCommittedError{Result: commit, Actual: actual}
+		return commit, &HoldNotCommittedError{User: reserve.User, ID: reserve.ID, Result: commit, Actual: actual}
 	}
 	return commit, nil
 }

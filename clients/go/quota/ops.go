@@ -2,6 +2,7 @@ package quota
 
 import (
 	"context"
+	"strconv"
 	"time"
 )
 
@@ -11,7 +12,7 @@ import (
 
 // Reserve asks for a hold.
 func (c *Client) Reserve(ctx context.Context, in Reserve) (ReserveResult, error) {
-	w, err := c.call(ctx, kindOps, in.User, "reserve", reserveCommand{
+	w, err := c.call(ctx, kindOps, holdTarget(in.User, in.ID), "reserve", reserveCommand{
 		Op: "reserve", User: in.User, Meter: in.Meter, Amount: in.Amount, ID: in.ID, TTLMs: millis(in.TTL), Ref: in.Ref,
 	}, 0)
 	if err != nil {
@@ -22,32 +23,32 @@ func (c *Client) Reserve(ctx context.Context, in Reserve) (ReserveResult, error)
 
 // Consume moves an amount from a hold into usage now.
 func (c *Client) Consume(ctx context.Context, in Consume) (HoldResult, error) {
-	return c.holdCall(ctx, in.User, "consume", consumeCommand{
+	return c.holdCall(ctx, holdTarget(in.User, in.ID), "consume", consumeCommand{
 		Op: "consume", User: in.User, ID: in.ID, Amount: in.Amount, Key: in.Key, Ref: in.Ref,
 	})
 }
 
 // Commit ends a hold, charging the work's actual usage.
 func (c *Client) Commit(ctx context.Context, in Commit) (HoldResult, error) {
-	return c.holdCall(ctx, in.User, "commit", commitCommand{
+	return c.holdCall(ctx, holdTarget(in.User, in.ID), "commit", commitCommand{
 		Op: "commit", User: in.User, ID: in.ID, Amount: in.Amount, Ref: in.Ref,
 	})
 }
 
 // Release ends a hold, returning its unconsumed rest.
 func (c *Client) Release(ctx context.Context, in Release) (HoldResult, error) {
-	return c.holdCall(ctx, in.User, "release", holdIDCommand{Op: "release", User: in.User, ID: in.ID, Ref: in.Ref})
+	return c.holdCall(ctx, holdTarget(in.User, in.ID), "release", holdIDCommand{Op: "release", User: in.User, ID: in.ID, Ref: in.Ref})
 }
 
 // Extend moves a hold's expiry.
 func (c *Client) Extend(ctx context.Context, in Extend) (HoldResult, error) {
-	return c.holdCall(ctx, in.User, "extend", extendCommand{
+	return c.holdCall(ctx, holdTarget(in.User, in.ID), "extend", extendCommand{
 		Op: "extend", User: in.User, ID: in.ID, TTLMs: millis(in.TTL), Ref: in.Ref,
 	})
 }
 
-func (c *Client) holdCall(ctx context.Context, user, op string, command any) (HoldResult, error) {
-	w, err := c.call(ctx, kindOps, user, op, command, 0)
+func (c *Client) holdCall(ctx context.Context, about target, op string, command any) (HoldResult, error) {
+	w, err := c.call(ctx, kindOps, about, op, command, 0)
 	if err != nil {
 		return HoldResult{}, err
 	}
@@ -56,7 +57,7 @@ func (c *Client) holdCall(ctx context.Context, user, op string, command any) (Ho
 
 // Adjust changes usage directly: a charge or a refund.
 func (c *Client) Adjust(ctx context.Context, in Adjust) (AdjustResult, error) {
-	w, err := c.call(ctx, kindOps, in.User, "adjust", adjustCommand{
+	w, err := c.call(ctx, kindOps, target{user: in.User, what: describe("adjust", in.ID)}, "adjust", adjustCommand{
 		Op: "adjust", User: in.User, Meter: in.Meter, Amount: in.Amount, ID: in.ID, Ref: in.Ref,
 	}, 0)
 	if err != nil {
@@ -67,31 +68,57 @@ func (c *Client) Adjust(ctx context.Context, in Adjust) (AdjustResult, error) {
 
 // AcquireSlot asks for one of the user's slots. busy is an answer, not retried: the caller snoozes
 // RetryAfter. With a Wait the command goes in a message of its own and waits for its reply that much
-// longer.
+// longer. If ctx ends while the command waits, the wait is withdrawn before AcquireSlot returns
+// ctx's error (PROTOCOL.md revision 1.2: the same job acquired again without a wait replaces the
+// waiting request, which is answered busy), and a slot that answer grants is released: a job that
+// stopped waiting never takes a slot when one frees.
 func (c *Client) AcquireSlot(ctx context.Context, in AcquireSlot) (SlotResult, error) {
 	wait := in.Wait
 	if wait < 0 {
 		wait = 0
 	}
-	return c.slotCall(ctx, in.User, "acquire_slot", slotCommand{
-		Op: "acquire_slot", User: in.User, Job: in.Job, LeaseMs: millis(in.Lease), WaitMs: millis(in.Wait), Ref: in.Ref,
+	about := slotTarget(in.User, in.Job)
+	r, err := c.slotCall(ctx, about, "acquire_slot", slotCommand{
+		Op: "acquire_slot", User: in.User, Job: in.Job, LeaseMs: millis(in.Lease), WaitMs: millis(wait), Ref: in.Ref,
 	}, wait)
+	if err != nil && wait > 0 && in.User != "" && ctx.Err() != nil {
+		return r, c.withdrawWait(about, in, err)
+	}
+	return r, err
+}
+
+// withdrawWait replaces a waiting acquire_slot whose caller stopped waiting by one that does not wait,
+// and releases what that grants (a slot free by then, or the one the wait got meanwhile). It runs on a
+// context of its own, bounded by cleanupTimeout: the caller's has ended.
+func (c *Client) withdrawWait(about target, in AcquireSlot, cause error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	withdrawn, err := c.slotCall(ctx, about, "acquire_slot", slotCommand{
+		Op: "acquire_slot", User: in.User, Job: in.Job, LeaseMs: millis(in.Lease), Ref: in.Ref,
+	}, 0)
+	if err == nil && withdrawn.Granted() {
+		_, err = c.ReleaseSlot(ctx, ReleaseSlot{User: in.User, Job: in.Job})
+	}
+	if err != nil {
+		return &WaitNotWithdrawnError{User: in.User, Job: in.Job, Err: cause, WithdrawErr: err}
+	}
+	return cause
 }
 
 // RenewSlot extends a slot's lease.
 func (c *Client) RenewSlot(ctx context.Context, in RenewSlot) (SlotResult, error) {
-	return c.slotCall(ctx, in.User, "renew_slot", slotCommand{
+	return c.slotCall(ctx, slotTarget(in.User, in.Job), "renew_slot", slotCommand{
 		Op: "renew_slot", User: in.User, Job: in.Job, LeaseMs: millis(in.Lease), Ref: in.Ref,
 	}, 0)
 }
 
 // ReleaseSlot frees a slot.
 func (c *Client) ReleaseSlot(ctx context.Context, in ReleaseSlot) (SlotResult, error) {
-	return c.slotCall(ctx, in.User, "release_slot", slotCommand{Op: "release_slot", User: in.User, Job: in.Job, Ref: in.Ref}, 0)
+	return c.slotCall(ctx, slotTarget(in.User, in.Job), "release_slot", slotCommand{Op: "release_slot", User: in.User, Job: in.Job, Ref: in.Ref}, 0)
 }
 
-func (c *Client) slotCall(ctx context.Context, user, op string, command any, wait time.Duration) (SlotResult, error) {
-	w, err := c.call(ctx, kindOps, user, op, command, wait)
+func (c *Client) slotCall(ctx context.Context, about target, op string, command any, wait time.Duration) (SlotResult, error) {
+	w, err := c.call(ctx, kindOps, about, op, command, wait)
 	if err != nil {
 		return SlotResult{}, err
 	}
@@ -104,7 +131,7 @@ func (c *Client) GetUsage(ctx context.Context, in GetUsage) (UsageResult, error)
 }
 
 func (c *Client) usageCall(ctx context.Context, kind subjectKind, in GetUsage) (UsageResult, error) {
-	w, err := c.call(ctx, kind, in.User, "get_usage", userCommand{Op: "get_usage", User: in.User, Ref: in.Ref}, 0)
+	w, err := c.call(ctx, kind, target{user: in.User}, "get_usage", userCommand{Op: "get_usage", User: in.User, Ref: in.Ref}, 0)
 	if err != nil {
 		return UsageResult{}, err
 	}
@@ -122,7 +149,7 @@ func (c *Client) Admin() Admin { return Admin{c: c} }
 
 // SetPlan moves a user to a plan: ok, unknown_plan.
 func (a Admin) SetPlan(ctx context.Context, in SetPlan) (AdminResult, error) {
-	w, err := a.c.call(ctx, kindAdmin, in.User, "set_plan", setPlanCommand{Op: "set_plan", User: in.User, Plan: in.Plan, Ref: in.Ref}, 0)
+	w, err := a.c.call(ctx, kindAdmin, target{user: in.User, what: describe("plan", in.Plan)}, "set_plan", setPlanCommand{Op: "set_plan", User: in.User, Plan: in.Plan, Ref: in.Ref}, 0)
 	if err != nil {
 		return AdminResult{}, err
 	}
@@ -131,7 +158,7 @@ func (a Admin) SetPlan(ctx context.Context, in SetPlan) (AdminResult, error) {
 
 // SetLimit sets (or with a nil Limit clears) a user's own limit of a meter: ok, unknown_meter.
 func (a Admin) SetLimit(ctx context.Context, in SetLimit) (AdminResult, error) {
-	w, err := a.c.call(ctx, kindAdmin, in.User, "set_limit", setLimitCommand{
+	w, err := a.c.call(ctx, kindAdmin, target{user: in.User, what: describe("meter", in.Meter)}, "set_limit", setLimitCommand{
 		Op: "set_limit", User: in.User, Meter: in.Meter, Limit: in.Limit, Ref: in.Ref,
 	}, 0)
 	if err != nil {
@@ -147,11 +174,31 @@ func (a Admin) GetUsage(ctx context.Context, in GetUsage) (UsageResult, error) {
 
 // ListHolds lists a user's holds, oldest first.
 func (a Admin) ListHolds(ctx context.Context, in ListHolds) (ListHoldsResult, error) {
-	w, err := a.c.call(ctx, kindAdmin, in.User, "list_holds", listHoldsCommand{
+	w, err := a.c.call(ctx, kindAdmin, target{user: in.User}, "list_holds", listHoldsCommand{
 		Op: "list_holds", User: in.User, State: in.State, Limit: in.Limit, Ref: in.Ref,
 	}, 0)
 	if err != nil {
 		return ListHoldsResult{}, err
 	}
 	return w.listHoldsResult(), nil
+}
+
+// target is what a call is about, for its errors: the user, and the hold, job, adjust or meter.
+type target struct {
+	user string
+	// what: `hold "job-7"`, `job "42"`, ...; empty when the user is all there is.
+	what string
+}
+
+func holdTarget(user, id string) target  { return target{user: user, what: describe("hold", id)} }
+func slotTarget(user, job string) target { return target{user: user, what: describe("job", job)} }
+
+func describe(kind, name string) string { return kind + " " + strconv.Quote(name) }
+
+// String: `hold "job-7" of user "acct-42"`, or `user "acct-42"`.
+func (t target) String() string {
+	if t.what == "" {
+		return "user " + strconv.Quote(t.user)
+	}
+	return t.what + " of user " + strconv.Quote(t.user)
 }

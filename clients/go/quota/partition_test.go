@@ -17,7 +17,7 @@ type partitionVector struct {
 // The vectors test/client/partitionVectors.test.ts checks the TypeScript client against.
 func readPartitionVectors(t *testing.T) []partitionVector {
 	t.Helper()
-	data, err := os.ReadFile("testdata/partition_vectors.json")
+	data, err := os.ReadFile("../testdata/partition_vectors.json")
 	if err != nil {
 		t.Fatal(err)
 	}

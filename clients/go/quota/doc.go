@@ -21,6 +21,9 @@
 //	}
 //
 // WithHold and WithSlot run work under a hold or in a slot; a full user's WithSlot returns a
-// *SlotBusyError whose RetryAfter a River worker hands to river.JobSnooze. Events reads the
-// coordinator's events stream through a JetStream consumer.
+// *SlotBusyError whose RetryAfter a River worker hands to river.JobSnooze, and limit_reached is a
+// *LimitReachedError (errors.As) the worker gives up on. A wait whose context ends is withdrawn, so it
+// never takes a slot afterwards. Connect reads NATS_*, QUOTA_PREFIX and QUOTA_PARTITIONS and checks
+// them against the running coordinators ($SRV.INFO). Events reads the coordinator's events stream
+// through a JetStream consumer. clients/go/README.md says how to install it offline.
 package quota

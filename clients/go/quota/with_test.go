@@ -58,10 +58,11 @@ func TestWithSlotRenewsTheLeaseWhileTheJobRuns(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
 	h := newOps(t, ctx, testClient)
 
-	// The control: without renewal a 1s lease ends, and another job gets the slot.
+	// The control: without renewal a 1s lease ends, and another job gets the slot. The coordinator frees
+	// it twice QUOTA_CLOCK_OFFSET_MAX_MS (500ms by default) past the lease's end.
 	control := unique("lease-control")
 	wantStatus(t, "acquire", h.acquireSlot(AcquireSlot{User: control, Job: "a", Lease: time.Second}).Status, StatusAcquired)
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(time.Second + 2*500*time.Millisecond + 500*time.Millisecond)
 	wantStatus(t, "after an unrenewed lease ended", h.acquireSlot(AcquireSlot{User: control, Job: "b"}).Status, StatusAcquired)
 
 	user := unique("lease")

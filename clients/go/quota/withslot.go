@@ -41,7 +41,7 @@ func WithSlot(ctx context.Context, c *Client, job SlotJob, work func(ctx context
 		return &SlotBusyError{User: job.User, Job: job.Job, RetryAfter: slot.RetryAfter, Result: slot}
 	}
 	if !slot.Granted() {
-		return &SlotNotGrantedError{Result: slot}
+		return &SlotNotGrantedError{User: job.User, Job: job.Job, Result: slot}
 	}
 	lease := job.Lease
 	if lease <= 0 {
