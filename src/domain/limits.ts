@@ -257,10 +257,17 @@ export const clockSamplesPerMeasurementMax = 3
  * next begins natsReconnectWaitMs after the last began. An attempt begun during a silent cut (the
  * network lost its packets, the server's greeting among them) is given up within this, not waited out
  * for up to 20 s after the network healed. A server slower than this to greet (TLS over a long,
- * loaded path) is never reached: raise it then. At start, one such attempt fails `serve`, as a refused
- * connection does.
+ * loaded path) is never reached: raise it then. At start, `serve` tries again until natsStartWaitMs.
  */
 export const natsConnectAttemptTimeoutMs = 1_500
+/**
+ * How long `serve` keeps trying to reach NATS at start while the network refuses or stays silent (a
+ * process restarted during an outage, or started before NATS): each failed attempt is logged (warn),
+ * an attempt begins every natsReconnectWaitMs, and `/readyz` says NATS is not connected yet. A refused
+ * authentication, expired credentials or a failed TLS handshake end the start at once. Past this,
+ * `serve` exits 1 with the last reason, for its supervisor to start it again.
+ */
+export const natsStartWaitMs = 60_000
 /**
  * Between the starts of two attempts to reach the same server (nats.js's reconnectTimeWait, 2 s by
  * default; plus its jitter of up to 100 ms): a healed network or a restarted server is reached within

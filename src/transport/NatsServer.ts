@@ -10,7 +10,7 @@
  */
 import { Empty, headers, nuid } from "@nats-io/transport-node"
 import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node"
-import { Context, Effect, Layer, Scope } from "effect"
+import { Cause, Context, Effect, Exit, Layer, Option, Scope } from "effect"
 import { Coordinator } from "../actors/Coordinator.js"
 import type { Settings } from "../config/settings.js"
 import {
@@ -19,6 +19,7 @@ import {
   natsPingIntervalMsMin,
   natsPingsOutstandingMax,
   natsReconnectWaitMs,
+  natsStartWaitMs,
   subscribeFlushWaitMs,
   subscriptionDrainWaitMs,
   transportDrainMs
@@ -75,6 +76,8 @@ export interface NatsServerOptions {
   readonly messageBytesMax?: number
   /** Counts answered commands (default: metrics off). */
   readonly metrics?: MetricsRecorder
+  /** How long the start keeps trying to reach NATS while the network refuses (default natsStartWaitMs). */
+  readonly startWaitMs?: number
 }
 
 /** The options `serve` derives from the environment's settings. */
@@ -147,6 +150,33 @@ const connectServer = (options: NatsServerOptions) =>
       : { pingInterval: options.pingIntervalMs, maxPingOut: natsPingsOutstandingMax })
   })
 
+/**
+ * Connects, trying again while the failure is the network's (refused, silent) for up to `startWaitMs`:
+ * a process started during an outage (restarted by its supervisor, or before NATS) waits for it, as a
+ * running one rides an outage out, instead of exiting. Credentials and TLS failures end it at once.
+ */
+const connectServerAtStart = (options: NatsServerOptions) =>
+  Effect.gen(function* () {
+    const waitUntil = performance.now() + (options.startWaitMs ?? natsStartWaitMs)
+    for (let attempt = 1; ; attempt += 1) {
+      const startedAt = performance.now()
+      const connected = yield* Effect.exit(connectServer(options))
+      if (Exit.isSuccess(connected)) {
+        if (attempt > 1) options.logger.info({ attempts: attempt }, "nats reached")
+        return connected.value
+      }
+      const error = Cause.findErrorOption(connected.cause)
+      const transient =
+        Option.isSome(error) && error.value._tag === "NatsConnectFailed" && error.value.transient
+      if (!transient || performance.now() >= waitUntil) return yield* Effect.failCause(connected.cause)
+      options.logger.warn(
+        { attempt, reason: error.value.reason, waitsUntilMs: Math.round(waitUntil - performance.now()) },
+        "nats cannot be reached yet: trying again"
+      )
+      yield* Effect.sleep(Math.max(0, natsReconnectWaitMs - (performance.now() - startedAt)))
+    }
+  })
+
 export const makeNatsServer = (
   options: NatsServerOptions
 ): Effect.Effect<
@@ -168,7 +198,7 @@ export const makeNatsServer = (
       ...(options.metrics === undefined ? {} : { metrics: options.metrics }),
       ...(options.messageBytesMax === undefined ? {} : { messageBytesMax: options.messageBytesMax })
     })
-    const nc = yield* Effect.acquireRelease(connectServer(options), (connection) =>
+    const nc = yield* Effect.acquireRelease(connectServerAtStart(options), (connection) =>
       Effect.promise(() => connection.close().catch(() => undefined))
     )
     const { logger, prefix, partitions } = options

@@ -8,6 +8,11 @@ import { Data } from "effect"
 export class NatsConnectFailed extends Data.TaggedError("NatsConnectFailed")<{
   readonly servers: string
   readonly reason: string
+  /**
+   * Whether trying again can help: the network refused or stayed silent (the server is down or out of
+   * reach), not a refused authentication, expired credentials or a failed TLS handshake.
+   */
+  readonly transient?: boolean
   readonly cause?: unknown
 }> {
   override get message(): string {

@@ -13,15 +13,23 @@ import type { SettingsInvalid } from "../config/SettingsInvalid.js"
 import { NatsConnectFailed, reasonOf } from "./errors.js"
 
 /** Why a connect failed, in words; authentication and TLS failures say which they are. */
-export const connectFailureReason = (cause: unknown, secrets: ReadonlyArray<string>): string => {
+export const connectFailureReason = (cause: unknown, secrets: ReadonlyArray<string>): string =>
+  describeConnectFailure(cause, secrets).reason
+
+/** The reason, and whether trying again can help (not for credentials or TLS, which stay wrong). */
+const describeConnectFailure = (
+  cause: unknown,
+  secrets: ReadonlyArray<string>
+): { readonly reason: string; readonly transient: boolean } => {
   const reason = reasonOf(cause)
   const scrubbed = scrubSecrets(reason, secrets)
   if (cause instanceof errors.AuthorizationError || /authori[sz]ation violation/i.test(reason))
-    return `the server refused the credentials (${scrubbed})`
+    return { reason: `the server refused the credentials (${scrubbed})`, transient: false }
   if (cause instanceof errors.UserAuthenticationExpiredError)
-    return `the user's credentials have expired (${scrubbed})`
-  if (/certificate|self[- ]signed|tls|ssl|handshake/i.test(reason)) return `TLS failed: ${scrubbed}`
-  return scrubbed
+    return { reason: `the user's credentials have expired (${scrubbed})`, transient: false }
+  if (/certificate|self[- ]signed|tls|ssl|handshake/i.test(reason))
+    return { reason: `TLS failed: ${scrubbed}`, transient: false }
+  return { reason: scrubbed, transient: true }
 }
 
 /**
@@ -38,7 +46,7 @@ export const connectNats = (
       catch: (cause) =>
         new NatsConnectFailed({
           servers: settings.servers.map(redactUrl).join(","),
-          reason: connectFailureReason(cause, secretsOf(settings))
+          ...describeConnectFailure(cause, secretsOf(settings))
         })
     })
   )
