@@ -19,9 +19,15 @@ import { subscribeEvents } from "./events.js"
 import { partitionOf } from "../domain/partition.js"
 import type { Result } from "../domain/results.js"
 import type { ClientCounters } from "./CommandDispatcher.js"
-import { CommandDispatcher } from "./CommandDispatcher.js"
+import { CommandAbandoned, CommandDispatcher } from "./CommandDispatcher.js"
 import type { QuotaClientError } from "./errors.js"
-import { QuotaClientClosed, QuotaRetriesExhausted, QuotaServiceError, QuotaTransportError } from "./errors.js"
+import {
+  QuotaClientClosed,
+  QuotaRetriesExhausted,
+  QuotaServiceError,
+  QuotaTransportError,
+  SlotWaitAborted
+} from "./errors.js"
 import type { QuotaClientOptions, ResolvedOptions } from "./options.js"
 import { resolveOptions } from "./options.js"
 import type {
@@ -49,7 +55,7 @@ import type {
 } from "./types.js"
 import type { HoldInput, HoldWork, HoldWorkDone, HoldWorkOutcome } from "./withHold.js"
 import { withHold } from "./withHold.js"
-import type { SlotInput, SlotWork } from "./withSlot.js"
+import type { AcquireSlotOptions, SlotInput, SlotWork } from "./withSlot.js"
 import { withSlot } from "./withSlot.js"
 
 /**
@@ -121,6 +127,7 @@ export interface QuotaClientEffects {
   readonly release: (input: ReleaseInput) => Effect.Effect<HoldChangeResult, QuotaClientError>
   readonly extend: (input: ExtendInput) => Effect.Effect<HoldChangeResult, QuotaClientError>
   readonly adjust: (input: AdjustInput) => Effect.Effect<AdjustCommandResult, QuotaClientError>
+  /** Interrupting it while it waits withdraws the wait, as an aborted `signal` does. */
   readonly acquireSlot: (input: AcquireSlotInput) => Effect.Effect<SlotCommandResult, QuotaClientError>
   readonly renewSlot: (input: RenewSlotInput) => Effect.Effect<SlotCommandResult, QuotaClientError>
   readonly releaseSlot: (input: ReleaseSlotInput) => Effect.Effect<SlotCommandResult, QuotaClientError>
@@ -194,7 +201,11 @@ export class QuotaClient {
       release: lift((input) => this.release(input)),
       extend: lift((input) => this.extend(input)),
       adjust: lift((input) => this.adjust(input)),
-      acquireSlot: lift((input) => this.acquireSlot(input)),
+      acquireSlot: (input) =>
+        Effect.tryPromise({
+          try: (signal) => this.acquireSlot(input, { signal }),
+          catch: toQuotaClientError
+        }),
       renewSlot: lift((input) => this.renewSlot(input)),
       releaseSlot: lift((input) => this.releaseSlot(input)),
       getUsage: lift((input) => this.getUsage(input)),
@@ -237,10 +248,39 @@ export class QuotaClient {
   /**
    * `busy` is an answer, not retried: the caller snoozes `retryAfterMs`. With `waitMs` the command
    * goes in a message of its own and its reply timeout is extended by the wait.
+   *
+   * When `options.signal` aborts before the answer, the wait is withdrawn: an `acquire_slot` of the same
+   * job with `waitMs` 0 replaces the waiting one at the coordinator (PROTOCOL 1.2), and whatever that
+   * answer grants (`acquired`, or `exists` when the wait had just been granted) is released; then the
+   * call rejects with `SlotWaitAborted`. The freed slot goes to the next waiter at once, not when a
+   * lease of a job nobody runs any more ends.
    */
-  acquireSlot(input: AcquireSlotInput): Promise<SlotCommandResult> {
+  async acquireSlot(input: AcquireSlotInput, options: AcquireSlotOptions = {}): Promise<SlotCommandResult> {
     const waitMs = typeof input.waitMs === "number" && input.waitMs > 0 ? input.waitMs : 0
-    return this.send<SlotCommandResult>("ops", { ...input, op: "acquire_slot" }, waitMs)
+    const { signal } = options
+    const command = { ...input, op: "acquire_slot" }
+    if (signal === undefined) return this.send<SlotCommandResult>("ops", command, waitMs)
+    const aborted = (withdrawn?: string, released?: string) =>
+      new SlotWaitAborted({
+        user: input.user,
+        job: input.job,
+        waitMs,
+        withdrawn,
+        released,
+        reason: signal.reason
+      })
+    if (signal.aborted) throw aborted()
+    try {
+      return await this.send<SlotCommandResult>("ops", command, waitMs, signal)
+    } catch (error) {
+      if (!(error instanceof CommandAbandoned)) throw error
+    }
+    const { user, job } = input
+    const withdrawal = { user, job, op: "acquire_slot", waitMs: 0 }
+    const withdraw = await this.send<SlotCommandResult>("ops", withdrawal).catch(() => undefined)
+    if (withdraw?.status !== "acquired" && withdraw?.status !== "exists") throw aborted(withdraw?.status)
+    const release = await this.releaseSlot({ user, job }).catch(() => undefined)
+    throw aborted(withdraw.status, release?.status)
   }
 
   renewSlot(input: RenewSlotInput): Promise<SlotCommandResult> {
@@ -311,7 +351,8 @@ export class QuotaClient {
   private send<R extends Result>(
     kind: SubjectKind,
     command: { readonly op: string; readonly user: string },
-    extraTimeoutMs = 0
+    extraTimeoutMs = 0,
+    signal?: AbortSignal
   ): Promise<R> {
     let subject: string
     try {
@@ -320,6 +361,6 @@ export class QuotaClient {
       return Promise.reject(error)
     }
     // The coordinator answers each op with that op's result shapes; the types record which.
-    return this.dispatcher.submit(subject, command, extraTimeoutMs) as Promise<R>
+    return this.dispatcher.submit(subject, command, extraTimeoutMs, signal) as Promise<R>
   }
 }
