@@ -30,6 +30,7 @@ import {
 } from "./errors.js"
 import type { QuotaClientOptions, ResolvedOptions } from "./options.js"
 import { resolveOptions } from "./options.js"
+import { resolveSubjectSettings } from "./subjectSettings.js"
 import type {
   AcquireSlotInput,
   AdjustCommandResult,
@@ -66,10 +67,23 @@ import { withSlot } from "./withSlot.js"
 export interface QuotaClientConnectOptions extends QuotaClientOptions {
   /** NATS server URLs (comma-separated in one string, or a list); default nats://127.0.0.1:4222. */
   readonly servers?: string | ReadonlyArray<string>
-  /** An existing connection to use; the client then leaves it open on `close`. The rest is ignored. */
+  /**
+   * An existing connection to use; the client then leaves it open on `close`. The connection options
+   * are then ignored (`env`, `discover`, prefix and partitions still apply).
+   */
   readonly nc?: NatsConnection
-  /** Read NATS_* from this environment (e.g. `process.env`) for whatever the options leave out. */
+  /**
+   * Read NATS_*, QUOTA_PREFIX and QUOTA_PARTITIONS from this environment (e.g. `process.env`) for
+   * whatever the options leave out, as the coordinator reads them.
+   */
   readonly env?: Environment
+  /**
+   * Learn prefix and partitions from the running coordinator (its `$SRV.INFO` metadata) where the
+   * options and `env` leave them out; a value they give that differs from the coordinator's fails the
+   * connect with `CoordinatorDisagrees` (`DiscoveryFailed` when no coordinator answers). Costs one
+   * round of `$SRV.INFO` at connect (about 150 ms after the last coordinator's answer).
+   */
+  readonly discover?: boolean
   readonly user?: string
   readonly password?: string
   readonly token?: string
@@ -157,11 +171,15 @@ const lift =
 export class QuotaClient {
   /**
    * Connects to NATS (or adopts `options.nc`) and returns a client. Rejects with `SettingsInvalid`
-   * (a setting or file that cannot be used, naming the variable and path) or `NatsConnectFailed`
-   * (the servers, redacted, and why: refused credentials, TLS, unreachable).
+   * (a setting or file that cannot be used, naming the variable and path), `NatsConnectFailed`
+   * (the servers, redacted, and why: refused credentials, TLS, unreachable), and with `discover`
+   * `DiscoveryFailed` or `CoordinatorDisagrees`.
    */
   static async connect(options: QuotaClientConnectOptions = {}): Promise<QuotaClient> {
-    if (options.nc !== undefined) return new QuotaClient(options.nc, options)
+    if (options.nc !== undefined) {
+      const subjects = await resolveSubjectSettings(options.nc, options)
+      return new QuotaClient(options.nc, { ...options, ...subjects })
+    }
     const nc = await Effect.runPromise(
       Effect.flatMap(connectionSettingsOf(options), (settings) =>
         connectNats(settings, {
@@ -176,7 +194,13 @@ export class QuotaClient {
       // Effect wraps a failure for a Promise; the caller gets the error itself.
       throw Cause.isCause(error) ? Cause.squash(error) : error
     })
-    return new QuotaClient(nc, options, true)
+    try {
+      const subjects = await resolveSubjectSettings(nc, options)
+      return new QuotaClient(nc, { ...options, ...subjects }, true)
+    } catch (error) {
+      await nc.close()
+      throw error
+    }
   }
 
   readonly effect: QuotaClientEffects

@@ -225,3 +225,34 @@ export class SlotWaitAborted extends Data.TaggedError("SlotWaitAborted")<{
     return `quota: slot wait of job ${JSON.stringify(this.job)} of user ${JSON.stringify(this.user)} (waitMs ${this.waitMs}) aborted${withdrawn}${released}`
   }
 }
+
+/**
+ * `QuotaClient.connect`: a subject setting of the client (an option or QUOTA_PREFIX/QUOTA_PARTITIONS)
+ * differs from what the running coordinator announces in its `$SRV.INFO` metadata. With another
+ * partition count every user would hash to another coordinator's subject, so the client refuses.
+ */
+export class CoordinatorDisagrees extends Data.TaggedError("CoordinatorDisagrees")<{
+  readonly setting: "prefix" | "partitions"
+  /** The client's value and where it came from (`option partitions`, `QUOTA_PARTITIONS`). */
+  readonly client: string | number
+  readonly source: string
+  readonly coordinator: string | number
+  /** The `id` of the coordinator instance that answered. */
+  readonly serviceId: string
+}> {
+  override get message(): string {
+    return `quota: ${this.setting} ${JSON.stringify(this.client)} (from ${this.source}) disagrees with the running coordinator's ${JSON.stringify(this.coordinator)} (service id ${this.serviceId}): set one or the other so they agree`
+  }
+}
+
+/** `QuotaClient.connect` with `discover`: no coordinator, or no single one, could be learned from. */
+export class DiscoveryFailed extends Data.TaggedError("DiscoveryFailed")<{
+  /** The prefix looked for, when the client had one. */
+  readonly prefix: string | undefined
+  readonly reason: string
+}> {
+  override get message(): string {
+    const prefix = this.prefix === undefined ? "" : ` for prefix ${JSON.stringify(this.prefix)}`
+    return `quota: discovering the coordinator${prefix} failed: ${this.reason}`
+  }
+}

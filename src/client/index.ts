@@ -5,6 +5,8 @@ export type { QuotaClientOptions, RetryPolicy } from "./options.js"
 export { retryDelayMs } from "./options.js"
 export type { ClientCounters } from "./CommandDispatcher.js"
 export {
+  CoordinatorDisagrees,
+  DiscoveryFailed,
   HoldNotCommitted,
   HoldNotGranted,
   LimitReached,
@@ -23,6 +25,8 @@ export { SettingsInvalid } from "../config/SettingsInvalid.js"
 export { NatsConnectFailed } from "../transport/errors.js"
 export type * from "./types.js"
 export type { HoldInput, HoldWork, HoldWorkDone, HoldWorkOutcome } from "./withHold.js"
+export type { CoordinatorInfo } from "./subjectSettings.js"
+export { discoverCoordinators } from "./subjectSettings.js"
 export type { AcquireSlotOptions, SlotInput, SlotWork } from "./withSlot.js"
 export type { EventDelivery, EventsOptions, EventSubscription, QuotaEventMessage } from "./events.js"
 export type { QuotaEvent, QuotaEventKind } from "../domain/events.js"
