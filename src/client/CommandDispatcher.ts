@@ -17,8 +17,14 @@
 import { TimeoutError } from "@nats-io/transport-node"
 import type { Msg, NatsConnection } from "@nats-io/transport-node"
 import type { Result } from "../domain/results.js"
-import type { QuotaClientError, RetryReason } from "./errors.js"
-import { QuotaClientClosed, QuotaRetriesExhausted, QuotaServiceError, QuotaTransportError } from "./errors.js"
+import type { CommandNames, QuotaClientError, RetryReason } from "./errors.js"
+import {
+  namesOf,
+  QuotaClientClosed,
+  QuotaRetriesExhausted,
+  QuotaServiceError,
+  QuotaTransportError
+} from "./errors.js"
 import type { ResolvedOptions } from "./options.js"
 import { retryDelayMs } from "./options.js"
 
@@ -35,6 +41,8 @@ export interface ClientCounters {
 /** A command on its way: encoded once, re-sent unchanged on every attempt. */
 interface PendingCommand {
   readonly op: string
+  /** Its user and id/job/key, for the errors it may fail with. */
+  readonly names: CommandNames
   readonly subject: string
   readonly json: string
   readonly bytes: number
@@ -46,8 +54,20 @@ interface PendingCommand {
   /** The reply timeout of a message carrying this command. */
   readonly timeoutMs: number
   attempts: number
+  /** `performance.now()` at the first send. */
+  firstSentAtMs: number
+  /** Answered, failed or abandoned: no further attempt is made. */
+  settled: boolean
   readonly resolve: (result: Result) => void
-  readonly reject: (error: QuotaClientError) => void
+  readonly reject: (error: QuotaClientError | CommandAbandoned) => void
+}
+
+/**
+ * What `submit` rejects with when its `signal` aborts: the command is withdrawn from the dispatcher
+ * (dropped from its queue or backoff, never re-sent), though a copy already sent may still be decided.
+ */
+export class CommandAbandoned {
+  constructor(readonly reason: unknown) {}
 }
 
 interface Lane {
@@ -102,23 +122,43 @@ export class CommandDispatcher {
   /**
    * Sends one command to `subject` and resolves with its result. Rejects only with a
    * `QuotaClientError`. `extraTimeoutMs` is added to the reply timeout (an `acquire_slot`'s wait);
-   * a command with extra time is sent alone.
+   * a command with extra time is sent alone. When `signal` aborts before the result, the command gets
+   * no further attempt and the promise rejects with `CommandAbandoned`.
    */
-  submit(subject: string, command: { readonly op: string }, extraTimeoutMs = 0): Promise<Result> {
-    if (this.closed) return Promise.reject(new QuotaClientClosed({ op: command.op }))
+  submit(
+    subject: string,
+    command: { readonly op: string },
+    extraTimeoutMs = 0,
+    signal?: AbortSignal
+  ): Promise<Result> {
+    if (this.closed) return Promise.reject(new QuotaClientClosed({ op: command.op, ...namesOf(command) }))
     const json = JSON.stringify(command)
     return new Promise<Result>((resolve, reject) => {
-      this.enqueue({
+      const onAbort = () => pending.reject(new CommandAbandoned(signal?.reason))
+      const pending: PendingCommand = {
         op: command.op,
+        names: namesOf(command),
         subject,
         json,
         bytes: Buffer.byteLength(json),
         alone: extraTimeoutMs > 0,
         timeoutMs: this.options.timeoutMs + extraTimeoutMs,
         attempts: 0,
-        resolve,
-        reject
-      })
+        firstSentAtMs: 0,
+        settled: false,
+        resolve: (result) => {
+          pending.settled = true
+          signal?.removeEventListener("abort", onAbort)
+          resolve(result)
+        },
+        reject: (error) => {
+          pending.settled = true
+          signal?.removeEventListener("abort", onAbort)
+          reject(error)
+        }
+      }
+      signal?.addEventListener("abort", onAbort, { once: true })
+      this.enqueue(pending)
     })
   }
 
@@ -136,11 +176,11 @@ export class CommandDispatcher {
       const queued = lane.queued
       lane.queued = []
       lane.queuedBytes = 0
-      for (const command of queued) command.reject(new QuotaClientClosed({ op: command.op }))
+      for (const command of queued) command.reject(this.closedError(command))
     }
     for (const [timer, commands] of this.retriesWaiting) {
       clearTimeout(timer)
-      for (const command of commands) command.reject(new QuotaClientClosed({ op: command.op }))
+      for (const command of commands) command.reject(this.closedError(command))
     }
     this.retriesWaiting.clear()
     await Promise.allSettled([...this.messagesInFlight])
@@ -183,10 +223,10 @@ export class CommandDispatcher {
   }
 
   private sendQueued(lane: Lane): void {
-    const batch = lane.queued
+    const batch = lane.queued.filter((command) => !command.settled)
     lane.queued = []
     lane.queuedBytes = 0
-    this.send(lane.subject, batch, lane)
+    if (batch.length > 0) this.send(lane.subject, batch, lane)
   }
 
   private send(subject: string, batch: ReadonlyArray<PendingCommand>, lane: Lane | undefined): void {
@@ -194,6 +234,7 @@ export class CommandDispatcher {
       batch.length === 1 ? `[${batch[0]!.json}]` : `[${batch.map((command) => command.json).join(",")}]`
     let timeoutMs = 0
     for (const command of batch) {
+      if (command.attempts === 0) command.firstSentAtMs = performance.now()
       command.attempts += 1
       timeoutMs = Math.max(timeoutMs, command.timeoutMs)
     }
@@ -213,10 +254,7 @@ export class CommandDispatcher {
       )
       .catch((bug: unknown) => {
         // A bug in reply handling must not leave callers waiting forever; settled ones ignore this.
-        this.rejectAll(
-          batch,
-          new QuotaTransportError({ subject, reason: `client bug: ${reasonOf(bug)}`, cause: bug })
-        )
+        this.rejectAll(batch, (command) => this.transportError(command, `client bug: ${reasonOf(bug)}`, bug))
       })
       .finally(() => {
         this.messagesInFlight.delete(handled)
@@ -230,24 +268,30 @@ export class CommandDispatcher {
   private handleReply(subject: string, batch: ReadonlyArray<PendingCommand>, reply: Msg): void {
     const code = reply.headers?.get(serviceErrorCodeHeader)
     if (code !== undefined && code !== "") {
-      const error = new QuotaServiceError({
-        subject,
-        code: Number(code),
-        description: reply.headers?.get(serviceErrorHeader) ?? ""
-      })
-      for (const command of batch) command.reject(error)
+      const description = reply.headers?.get(serviceErrorHeader) ?? ""
+      this.rejectAll(
+        batch,
+        (command) =>
+          new QuotaServiceError({
+            ...command.names,
+            subject,
+            op: command.op,
+            code: Number(code),
+            description
+          })
+      )
       return
     }
     let results: unknown
     try {
       results = reply.json()
     } catch (error) {
-      this.rejectAll(batch, new QuotaTransportError({ subject, reason: "reply is not JSON", cause: error }))
+      this.rejectAll(batch, (command) => this.transportError(command, "reply is not JSON", error))
       return
     }
     if (!Array.isArray(results) || results.length !== batch.length) {
       const reason = `reply is not an array of ${batch.length} results`
-      this.rejectAll(batch, new QuotaTransportError({ subject, reason }))
+      this.rejectAll(batch, (command) => this.transportError(command, reason))
       return
     }
     const retryable: Array<PendingCommand> = []
@@ -255,7 +299,7 @@ export class CommandDispatcher {
     batch.forEach((command, index) => {
       const result: unknown = results[index]
       if (!isResult(result)) {
-        command.reject(new QuotaTransportError({ subject, reason: `result ${index} has no status` }))
+        command.reject(this.transportError(command, `result ${index} has no status`))
       } else if (result.status === "unavailable" || result.status === "overloaded") {
         retryable.push(command)
         retryReason = result.status
@@ -269,11 +313,28 @@ export class CommandDispatcher {
   private handleFailure(subject: string, batch: ReadonlyArray<PendingCommand>, error: unknown): void {
     if (isNoResponders(error)) this.retryLater(subject, batch, "no_responders")
     else if (error instanceof TimeoutError) this.retryLater(subject, batch, "timeout")
-    else this.rejectAll(batch, new QuotaTransportError({ subject, reason: reasonOf(error), cause: error }))
+    else this.rejectAll(batch, (command) => this.transportError(command, reasonOf(error), error))
   }
 
-  private rejectAll(batch: ReadonlyArray<PendingCommand>, error: QuotaClientError): void {
-    for (const command of batch) command.reject(error)
+  private rejectAll(
+    batch: ReadonlyArray<PendingCommand>,
+    errorOf: (command: PendingCommand) => QuotaClientError
+  ): void {
+    for (const command of batch) command.reject(errorOf(command))
+  }
+
+  private closedError(command: PendingCommand): QuotaClientClosed {
+    return new QuotaClientClosed({ op: command.op, ...command.names })
+  }
+
+  private transportError(command: PendingCommand, reason: string, cause?: unknown): QuotaTransportError {
+    return new QuotaTransportError({
+      ...command.names,
+      subject: command.subject,
+      op: command.op,
+      reason,
+      cause
+    })
   }
 
   /**
@@ -284,11 +345,20 @@ export class CommandDispatcher {
     const again: Array<PendingCommand> = []
     let attemptsMost = 0
     for (const command of batch) {
-      if (this.closed) {
-        command.reject(new QuotaClientClosed({ op: command.op }))
+      if (command.settled) {
+        // Abandoned while in flight: not retried.
+      } else if (this.closed) {
+        command.reject(this.closedError(command))
       } else if (command.attempts >= this.options.retry.attemptsMax) {
         command.reject(
-          new QuotaRetriesExhausted({ subject, op: command.op, attempts: command.attempts, reason })
+          new QuotaRetriesExhausted({
+            ...command.names,
+            subject,
+            op: command.op,
+            attempts: command.attempts,
+            reason,
+            elapsedMs: performance.now() - command.firstSentAtMs
+          })
         )
       } else {
         again.push(command)
@@ -300,7 +370,7 @@ export class CommandDispatcher {
     const timer = setTimeout(
       () => {
         this.retriesWaiting.delete(timer)
-        for (const command of again) this.enqueue(command)
+        for (const command of again) if (!command.settled) this.enqueue(command)
       },
       retryDelayMs(attemptsMost, this.options.retry, this.options.random)
     )

@@ -19,11 +19,18 @@ import { subscribeEvents } from "./events.js"
 import { partitionOf } from "../domain/partition.js"
 import type { Result } from "../domain/results.js"
 import type { ClientCounters } from "./CommandDispatcher.js"
-import { CommandDispatcher } from "./CommandDispatcher.js"
+import { CommandAbandoned, CommandDispatcher } from "./CommandDispatcher.js"
 import type { QuotaClientError } from "./errors.js"
-import { QuotaClientClosed, QuotaRetriesExhausted, QuotaServiceError, QuotaTransportError } from "./errors.js"
+import {
+  QuotaClientClosed,
+  QuotaRetriesExhausted,
+  QuotaServiceError,
+  QuotaTransportError,
+  SlotWaitAborted
+} from "./errors.js"
 import type { QuotaClientOptions, ResolvedOptions } from "./options.js"
 import { resolveOptions } from "./options.js"
+import { resolveSubjectSettings } from "./subjectSettings.js"
 import type {
   AcquireSlotInput,
   AdjustCommandResult,
@@ -49,7 +56,7 @@ import type {
 } from "./types.js"
 import type { HoldInput, HoldWork, HoldWorkDone, HoldWorkOutcome } from "./withHold.js"
 import { withHold } from "./withHold.js"
-import type { SlotInput, SlotWork } from "./withSlot.js"
+import type { AcquireSlotOptions, SlotInput, SlotWork } from "./withSlot.js"
 import { withSlot } from "./withSlot.js"
 
 /**
@@ -60,10 +67,23 @@ import { withSlot } from "./withSlot.js"
 export interface QuotaClientConnectOptions extends QuotaClientOptions {
   /** NATS server URLs (comma-separated in one string, or a list); default nats://127.0.0.1:4222. */
   readonly servers?: string | ReadonlyArray<string>
-  /** An existing connection to use; the client then leaves it open on `close`. The rest is ignored. */
+  /**
+   * An existing connection to use; the client then leaves it open on `close`. The connection options
+   * are then ignored (`env`, `discover`, prefix and partitions still apply).
+   */
   readonly nc?: NatsConnection
-  /** Read NATS_* from this environment (e.g. `process.env`) for whatever the options leave out. */
+  /**
+   * Read NATS_*, QUOTA_PREFIX and QUOTA_PARTITIONS from this environment (e.g. `process.env`) for
+   * whatever the options leave out, as the coordinator reads them.
+   */
   readonly env?: Environment
+  /**
+   * Learn prefix and partitions from the running coordinator (its `$SRV.INFO` metadata) where the
+   * options and `env` leave them out; a value they give that differs from the coordinator's fails the
+   * connect with `CoordinatorDisagrees` (`DiscoveryFailed` when no coordinator answers). Costs one
+   * round of `$SRV.INFO` at connect (about 150 ms after the last coordinator's answer).
+   */
+  readonly discover?: boolean
   readonly user?: string
   readonly password?: string
   readonly token?: string
@@ -121,6 +141,7 @@ export interface QuotaClientEffects {
   readonly release: (input: ReleaseInput) => Effect.Effect<HoldChangeResult, QuotaClientError>
   readonly extend: (input: ExtendInput) => Effect.Effect<HoldChangeResult, QuotaClientError>
   readonly adjust: (input: AdjustInput) => Effect.Effect<AdjustCommandResult, QuotaClientError>
+  /** Interrupting it while it waits withdraws the wait, as an aborted `signal` does. */
   readonly acquireSlot: (input: AcquireSlotInput) => Effect.Effect<SlotCommandResult, QuotaClientError>
   readonly renewSlot: (input: RenewSlotInput) => Effect.Effect<SlotCommandResult, QuotaClientError>
   readonly releaseSlot: (input: ReleaseSlotInput) => Effect.Effect<SlotCommandResult, QuotaClientError>
@@ -150,11 +171,15 @@ const lift =
 export class QuotaClient {
   /**
    * Connects to NATS (or adopts `options.nc`) and returns a client. Rejects with `SettingsInvalid`
-   * (a setting or file that cannot be used, naming the variable and path) or `NatsConnectFailed`
-   * (the servers, redacted, and why: refused credentials, TLS, unreachable).
+   * (a setting or file that cannot be used, naming the variable and path), `NatsConnectFailed`
+   * (the servers, redacted, and why: refused credentials, TLS, unreachable), and with `discover`
+   * `DiscoveryFailed` or `CoordinatorDisagrees`.
    */
   static async connect(options: QuotaClientConnectOptions = {}): Promise<QuotaClient> {
-    if (options.nc !== undefined) return new QuotaClient(options.nc, options)
+    if (options.nc !== undefined) {
+      const subjects = await resolveSubjectSettings(options.nc, options)
+      return new QuotaClient(options.nc, { ...options, ...subjects })
+    }
     const nc = await Effect.runPromise(
       Effect.flatMap(connectionSettingsOf(options), (settings) =>
         connectNats(settings, {
@@ -169,7 +194,13 @@ export class QuotaClient {
       // Effect wraps a failure for a Promise; the caller gets the error itself.
       throw Cause.isCause(error) ? Cause.squash(error) : error
     })
-    return new QuotaClient(nc, options, true)
+    try {
+      const subjects = await resolveSubjectSettings(nc, options)
+      return new QuotaClient(nc, { ...options, ...subjects }, true)
+    } catch (error) {
+      await nc.close()
+      throw error
+    }
   }
 
   readonly effect: QuotaClientEffects
@@ -194,7 +225,11 @@ export class QuotaClient {
       release: lift((input) => this.release(input)),
       extend: lift((input) => this.extend(input)),
       adjust: lift((input) => this.adjust(input)),
-      acquireSlot: lift((input) => this.acquireSlot(input)),
+      acquireSlot: (input) =>
+        Effect.tryPromise({
+          try: (signal) => this.acquireSlot(input, { signal }),
+          catch: toQuotaClientError
+        }),
       renewSlot: lift((input) => this.renewSlot(input)),
       releaseSlot: lift((input) => this.releaseSlot(input)),
       getUsage: lift((input) => this.getUsage(input)),
@@ -237,10 +272,39 @@ export class QuotaClient {
   /**
    * `busy` is an answer, not retried: the caller snoozes `retryAfterMs`. With `waitMs` the command
    * goes in a message of its own and its reply timeout is extended by the wait.
+   *
+   * When `options.signal` aborts before the answer, the wait is withdrawn: an `acquire_slot` of the same
+   * job with `waitMs` 0 replaces the waiting one at the coordinator (PROTOCOL 1.2), and whatever that
+   * answer grants (`acquired`, or `exists` when the wait had just been granted) is released; then the
+   * call rejects with `SlotWaitAborted`. The freed slot goes to the next waiter at once, not when a
+   * lease of a job nobody runs any more ends.
    */
-  acquireSlot(input: AcquireSlotInput): Promise<SlotCommandResult> {
+  async acquireSlot(input: AcquireSlotInput, options: AcquireSlotOptions = {}): Promise<SlotCommandResult> {
     const waitMs = typeof input.waitMs === "number" && input.waitMs > 0 ? input.waitMs : 0
-    return this.send<SlotCommandResult>("ops", { ...input, op: "acquire_slot" }, waitMs)
+    const { signal } = options
+    const command = { ...input, op: "acquire_slot" }
+    if (signal === undefined) return this.send<SlotCommandResult>("ops", command, waitMs)
+    const aborted = (withdrawn?: string, released?: string) =>
+      new SlotWaitAborted({
+        user: input.user,
+        job: input.job,
+        waitMs,
+        withdrawn,
+        released,
+        reason: signal.reason
+      })
+    if (signal.aborted) throw aborted()
+    try {
+      return await this.send<SlotCommandResult>("ops", command, waitMs, signal)
+    } catch (error) {
+      if (!(error instanceof CommandAbandoned)) throw error
+    }
+    const { user, job } = input
+    const withdrawal = { user, job, op: "acquire_slot", waitMs: 0 }
+    const withdraw = await this.send<SlotCommandResult>("ops", withdrawal).catch(() => undefined)
+    if (withdraw?.status !== "acquired" && withdraw?.status !== "exists") throw aborted(withdraw?.status)
+    const release = await this.releaseSlot({ user, job }).catch(() => undefined)
+    throw aborted(withdraw.status, release?.status)
   }
 
   renewSlot(input: RenewSlotInput): Promise<SlotCommandResult> {
@@ -311,7 +375,8 @@ export class QuotaClient {
   private send<R extends Result>(
     kind: SubjectKind,
     command: { readonly op: string; readonly user: string },
-    extraTimeoutMs = 0
+    extraTimeoutMs = 0,
+    signal?: AbortSignal
   ): Promise<R> {
     let subject: string
     try {
@@ -320,6 +385,6 @@ export class QuotaClient {
       return Promise.reject(error)
     }
     // The coordinator answers each op with that op's result shapes; the types record which.
-    return this.dispatcher.submit(subject, command, extraTimeoutMs) as Promise<R>
+    return this.dispatcher.submit(subject, command, extraTimeoutMs, signal) as Promise<R>
   }
 }

@@ -5,15 +5,19 @@ export type { QuotaClientOptions, RetryPolicy } from "./options.js"
 export { retryDelayMs } from "./options.js"
 export type { ClientCounters } from "./CommandDispatcher.js"
 export {
+  CoordinatorDisagrees,
+  DiscoveryFailed,
   HoldNotCommitted,
   HoldNotGranted,
+  LimitReached,
   QuotaClientClosed,
   QuotaRetriesExhausted,
   QuotaServiceError,
   QuotaTransportError,
   SlotBusy,
   SlotLeaseLost,
-  SlotNotGranted
+  SlotNotGranted,
+  SlotWaitAborted
 } from "./errors.js"
 export type { QuotaClientError, RetryReason } from "./errors.js"
 /** What `QuotaClient.connect` rejects with: a setting or file that cannot be used, or a refused connection. */
@@ -21,7 +25,9 @@ export { SettingsInvalid } from "../config/SettingsInvalid.js"
 export { NatsConnectFailed } from "../transport/errors.js"
 export type * from "./types.js"
 export type { HoldInput, HoldWork, HoldWorkDone, HoldWorkOutcome } from "./withHold.js"
-export type { SlotInput, SlotWork } from "./withSlot.js"
+export type { CoordinatorInfo } from "./subjectSettings.js"
+export { discoverCoordinators } from "./subjectSettings.js"
+export type { AcquireSlotOptions, SlotInput, SlotWork } from "./withSlot.js"
 export type { EventDelivery, EventsOptions, EventSubscription, QuotaEventMessage } from "./events.js"
 export type { QuotaEvent, QuotaEventKind } from "../domain/events.js"
 export { quotaEventKinds } from "../domain/events.js"

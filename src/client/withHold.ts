@@ -2,7 +2,7 @@
  * `withHold`: run a piece of work under a hold. Reserve first, so the work only starts when its
  * amount fits the user's limit; charge what the work actually used; give the hold back if it failed.
  */
-import { HoldNotCommitted, HoldNotGranted } from "./errors.js"
+import { HoldNotCommitted, HoldNotGranted, LimitReached } from "./errors.js"
 import type {
   CommitInput,
   Echoed,
@@ -40,8 +40,9 @@ export interface HoldOperations {
 export const actualOf = (done: HoldWorkDone): number => (typeof done === "number" ? done : done.actual)
 
 /**
- * Throws `HoldNotGranted` (with the result: `insufficient_quota`, `conflict`, `closed`, ...) when the
- * reserve grants nothing, the work's own error after releasing the hold when the work throws, and
+ * Throws `LimitReached` (with `bound` and `max`) when the reserve answers `limit_reached`,
+ * `HoldNotGranted` (with the result: `insufficient_quota`, `conflict`, `closed`, ...) when it grants
+ * nothing else, the work's own error after releasing the hold when the work throws, and
  * `HoldNotCommitted` when the commit is refused (the hold expired or was released while the work ran).
  */
 export const withHold = async <W extends HoldWorkDone>(
@@ -50,20 +51,25 @@ export const withHold = async <W extends HoldWorkDone>(
   work: HoldWork<W>
 ): Promise<HoldWorkOutcome<W>> => {
   const hold = await client.reserve(input)
-  if (hold.status !== "reserved" && hold.status !== "exists") throw new HoldNotGranted({ result: hold })
+  const { user, id } = input
+  if (hold.status === "limit_reached") {
+    throw new LimitReached({ op: "reserve", user, id, bound: hold.bound, max: hold.max, result: hold })
+  }
+  if (hold.status !== "reserved" && hold.status !== "exists")
+    throw new HoldNotGranted({ user, id, result: hold })
   let value: W
   try {
     value = await work(hold)
   } catch (error) {
     // The work's error is what the caller needs. If the release fails as well, the hold still
     // expires at its ttl and returns its amount then.
-    await client.release({ user: input.user, id: input.id }).catch(() => undefined)
+    await client.release({ user, id }).catch(() => undefined)
     throw error
   }
   const actual = actualOf(value)
-  const commit = await client.commit({ user: input.user, id: input.id, amount: actual })
+  const commit = await client.commit({ user, id, amount: actual })
   if (commit.status !== "committed" && commit.status !== "exists") {
-    throw new HoldNotCommitted({ result: commit, actual })
+    throw new HoldNotCommitted({ user, id, result: commit, actual })
   }
   return { value, hold, commit }
 }

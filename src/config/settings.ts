@@ -11,6 +11,7 @@ import type { SettingsInvalid } from "./SettingsInvalid.js"
 import { invalid, readBoolean, readDuration, readInteger, valueOf } from "./readers.js"
 import type { EventSettings } from "./eventSettings.js"
 import { readEventSettings } from "./eventSettings.js"
+import { readPartitions, readPrefix } from "./subjectSettings.js"
 import {
   clockOffsetMaxMsDefault,
   clockOffsetMaxMsMax,
@@ -18,7 +19,6 @@ import {
   partitionLeaseMsDefault,
   partitionLeaseMsMax,
   partitionLeaseMsMin,
-  partitionsMax,
   storeQueryTimeoutMs,
   storeQueryTimeoutMsMax,
   storeQueryTimeoutMsMin
@@ -99,9 +99,6 @@ const seedPlanVariables: ReadonlyArray<readonly [SeedPlan, string]> = [
   ["enterprise", "FAIRNESS_ENTERPRISE_LIMIT"]
 ]
 
-/** Dot-separated NATS subject tokens without wildcards or spaces, so `{prefix}.v1.{p}.ops` is a plain subject. */
-const prefixPattern = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/
-
 /** `host:port`, `[ipv6]:port` or `off`. */
 export const parseHttpAddress = (text: string): HttpAddress | "off" | undefined => {
   if (text.toLowerCase() === "off") return "off"
@@ -120,16 +117,6 @@ const readHttpAddress = (env: Environment) => {
       `must be host:port (e.g. 127.0.0.1:9464, 0.0.0.0:9464, [::1]:9464) or off, got ${JSON.stringify(text)}`
     )
   return Effect.succeed(address === "off" ? undefined : address)
-}
-
-const readPrefix = (env: Environment) => {
-  const prefix = valueOf(env, "QUOTA_PREFIX") ?? settingsDefaults.prefix
-  return prefixPattern.test(prefix)
-    ? Effect.succeed(prefix)
-    : invalid(
-        "QUOTA_PREFIX",
-        `must be NATS subject tokens of letters, digits, _ or - separated by dots, got ${JSON.stringify(prefix)}`
-      )
 }
 
 const readLogLevel = (env: Environment) => {
@@ -153,14 +140,8 @@ const readSlotOverrides = (env: Environment) =>
 export const readSettings = (env: Environment): Effect.Effect<Settings, SettingsInvalid> =>
   Effect.gen(function* () {
     const nats = yield* readNatsConnectionSettings(env)
-    const prefix = yield* readPrefix(env)
-    const partitions = yield* readInteger(
-      env,
-      "QUOTA_PARTITIONS",
-      1,
-      partitionsMax,
-      settingsDefaults.partitions
-    )
+    const prefix = (yield* readPrefix(env)) ?? settingsDefaults.prefix
+    const partitions = yield* readPartitions(env)
     const logLevel = yield* readLogLevel(env)
     const enabled = yield* readBoolean(env, "FAIRNESS_ENABLED", true)
     const slotOverrides = yield* readSlotOverrides(env)

@@ -199,6 +199,15 @@ export const clientRetryBaseDelayMs = 50
 export const clientRetryDelayMsMax = 2_000
 
 /**
+ * Client discovery (`connect({ discover: true })`): how long `$SRV.INFO.quota-coordinator` replies are
+ * collected at most. Past it the client goes on with the replies it has; with none it fails to connect.
+ */
+export const clientDiscoveryWaitMs = 2_000
+
+/** Client discovery: collecting stops this long after the latest reply (every coordinator answers at once). */
+export const clientDiscoveryStallMs = 150
+
+/**
  * A partition owner's lease (`QUOTA_LEASE_MS`). A process that does not renew within it (killed,
  * paused, cut off) loses its partitions to the others; its writes are fenced by epoch, not by this time.
  * Renewed every third of it. Outside the bounds the coordinator refuses to start.
