@@ -13,9 +13,9 @@ interface Vector {
   readonly partitions: Readonly<Record<string, number>>
 }
 
-const { vectors } = JSON.parse(
-  readFileSync(new URL("../../clients/go/testdata/partition_vectors.json", import.meta.url), "utf8")
-) as { readonly vectors: ReadonlyArray<Vector> }
+const { partitions: vectors } = JSON.parse(
+  readFileSync(new URL("../../clients/testdata/vectors.json", import.meta.url), "utf8")
+) as { readonly partitions: ReadonlyArray<Vector> }
 
 const encoder = new TextEncoder()
 

@@ -2,7 +2,6 @@ package quota
 
 import (
 	"encoding/json"
-	"os"
 	"strconv"
 	"testing"
 )
@@ -14,19 +13,14 @@ type partitionVector struct {
 	Partitions map[string]int `json:"partitions"`
 }
 
-// The vectors test/client/partitionVectors.test.ts checks the TypeScript client against.
+// The vectors (clients/testdata/vectors.json) test/client/partitionVectors.test.ts checks the
+// TypeScript client against.
 func readPartitionVectors(t *testing.T) []partitionVector {
 	t.Helper()
-	data, err := os.ReadFile("../testdata/partition_vectors.json")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var file struct {
-		Vectors []partitionVector `json:"vectors"`
+		Vectors []partitionVector `json:"partitions"`
 	}
-	if err := json.Unmarshal(data, &file); err != nil {
-		t.Fatal(err)
-	}
+	decodeVectors(t, &file)
 	if len(file.Vectors) < 10 {
 		t.Fatalf("only %d vectors", len(file.Vectors))
 	}
