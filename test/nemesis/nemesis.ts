@@ -190,7 +190,11 @@ export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult
   let world: NemesisWorld | undefined
   let running: FlowLoad | undefined
   try {
-    world = await openWorld({ ...settings, clock: options.clock && options.kinds.includes("clock") })
+    world = await openWorld({
+      ...settings,
+      clock: options.clock && options.kinds.includes("clock"),
+      standby: options.kinds.includes("standbyStall")
+    })
     const load = await FlowLoad.start({
       servers: world.nats.url,
       prefix: world.prefix,
@@ -284,12 +288,15 @@ export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult
           : [`m${member.index} #${incarnation}: exited (${serve.child.exitCode ?? serve.child.signalCode})`]
       )
     )
-    const logs = world.members.flatMap((member) =>
-      member.incarnations.map((serve, incarnation) => ({
-        name: `m${member.index}-${incarnation}`,
-        text: serve.output()
-      }))
-    )
+    const logs = [
+      ...world.members.flatMap((member) =>
+        member.incarnations.map((serve, incarnation) => ({
+          name: `m${member.index}-${incarnation}`,
+          text: serve.output()
+        }))
+      ),
+      ...(world.standby?.serverLogs() ?? [])
+    ]
     return {
       seed: options.seed,
       kinds: options.kinds,

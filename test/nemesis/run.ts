@@ -1,6 +1,6 @@
 /**
  * `npm run nemesis -- --minutes N [--seed S] [--faults doubt,memberLock] [--run-seconds 60]
- * [--intensity 1] [--out DIR] [--keep-going]`
+ * [--intensity 1] [--out DIR] [--keep-going] [--members 3] [--query-timeout-ms 1000] [--lease-ms 6000]`
  *
  * Runs seeds S, S+1, ... (each a run of --run-seconds of faults, default 60) until N minutes of faults
  * have run or a run finds a violation (unless --keep-going). The seed comes from --seed, else
@@ -33,7 +33,10 @@ const { values } = parseArgs({
     "run-seconds": { type: "string", default: "60" },
     intensity: { type: "string", default: "1" },
     out: { type: "string" },
-    "keep-going": { type: "boolean", default: false }
+    "keep-going": { type: "boolean", default: false },
+    members: { type: "string" },
+    "query-timeout-ms": { type: "string" },
+    "lease-ms": { type: "string" }
   },
   strict: true
 })
@@ -48,10 +51,19 @@ if (kinds.includes("clock") && !clock)
 const runMs = Number(values["run-seconds"]) * 1_000
 const budgetMs = Number(values.minutes) * 60_000
 const intensity = Number(values.intensity)
+/** The world's settings given on the command line (else nemesis.ts's defaults), part of a replay. */
+const settings = {
+  ...(values.members === undefined ? {} : { members: Number(values.members) }),
+  ...(values["query-timeout-ms"] === undefined ? {} : { queryTimeoutMs: Number(values["query-timeout-ms"]) }),
+  ...(values["lease-ms"] === undefined ? {} : { leaseMs: Number(values["lease-ms"]) })
+}
 
 console.log(
   `nemesis: seed ${baseSeed}, faults ${kinds.join(", ")} (of ${faultKinds.join(", ")}), ` +
-    `${values.minutes} min in runs of ${runMs / 1_000} s, intensity ${intensity}`
+    `${values.minutes} min in runs of ${runMs / 1_000} s, intensity ${intensity}` +
+    Object.entries(settings)
+      .map(([name, value]) => `, ${name} ${value}`)
+      .join("")
 )
 await buildServe()
 const startedAt = new Date().toISOString()
@@ -59,11 +71,15 @@ const runs: Array<Omit<NemesisResult, "logs">> = []
 const runLogs: Array<{ seed: number; failed: boolean; logs: NemesisResult["logs"] }> = []
 const replayOptions =
   (values.faults === undefined ? "" : ` --faults ${values.faults}`) +
-  (intensity === 1 ? "" : ` --intensity ${intensity}`)
+  (intensity === 1 ? "" : ` --intensity ${intensity}`) +
+  (values.members === undefined ? "" : ` --members ${values.members}`) +
+  (values["query-timeout-ms"] === undefined ? "" : ` --query-timeout-ms ${values["query-timeout-ms"]}`) +
+  (values["lease-ms"] === undefined ? "" : ` --lease-ms ${values["lease-ms"]}`)
 // A remainder under 10 s is not worth a cluster's start: the series ends there.
 for (let seed = baseSeed; runs.length === 0 || budgetMs - sumFaultsMs(runs) >= 10_000; seed += 1) {
   const faultsMs = Math.min(runMs, budgetMs - sumFaultsMs(runs))
   const { logs, ...run } = await runNemesis({
+    ...settings,
     seed,
     faultsMs,
     kinds,
