@@ -156,7 +156,10 @@ export const startStandbyPair = async (): Promise<StandbyPair> => {
       drop: () => pool.end()
     }
     const serverLogs = () =>
-      servers.map((server, index) => ({ name: index === 0 ? "pg-primary" : "pg-standby", text: server.output() }))
+      servers.map((server, index) => ({
+        name: index === 0 ? "pg-primary" : "pg-standby",
+        text: server.output()
+      }))
     return { dir, database, link, serverLogs, stop }
   } catch (error) {
     await stop()
@@ -194,7 +197,12 @@ const stopServer = async (server: Server): Promise<void> => {
 const waitReady = async (port: number, server: Server): Promise<void> => {
   const until = Date.now() + startMsMax
   for (;;) {
-    const ready = await execFileAsync(join(binDir, "pg_isready"), ["-h", "127.0.0.1", "-p", String(port)]).then(
+    const ready = await execFileAsync(join(binDir, "pg_isready"), [
+      "-h",
+      "127.0.0.1",
+      "-p",
+      String(port)
+    ]).then(
       () => true,
       () => false
     )
