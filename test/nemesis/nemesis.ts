@@ -219,7 +219,8 @@ export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult
     members: settings.members,
     kinds: options.kinds,
     queryTimeoutMs: settings.queryTimeoutMs,
-    disruptedMax: settings.members - 1,
+    // One process alone may be cut off too (else a run of one would never apply a disrupting fault).
+    disruptedMax: Math.max(1, settings.members - 1),
     ...(options.intensity === undefined ? {} : { intensity: options.intensity })
   })
   log(
