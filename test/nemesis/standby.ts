@@ -13,6 +13,7 @@
  */
 import type { ChildProcess } from "node:child_process"
 import { execFile, spawn } from "node:child_process"
+import { existsSync } from "node:fs"
 import { chmod, chown, mkdtemp, rm, writeFile } from "node:fs/promises"
 import net from "node:net"
 import { tmpdir } from "node:os"
@@ -26,6 +27,9 @@ import { sleep } from "../cluster/cluster.js"
 
 const binDir = "/usr/lib/postgresql/15/bin"
 const execFileAsync = promisify(execFile)
+
+/** Whether this machine has the Postgres 15 server binaries standbyStall runs (Debian's layout). */
+export const standbyAvailable = (): boolean => existsSync(join(binDir, "initdb"))
 
 /** How long a server may take to start, to stop (then it is killed), or the standby to be in sync. */
 const startMsMax = 30_000
