@@ -1,5 +1,5 @@
 /**
- * The nemesis's short run (test/nemesis): two fixed seeds, 25 s of overlapping faults each (every kind;
+ * The nemesis's short run (test/nemesis): two fixed seeds, 25 s of overlapping faults each (every kind but standbyStall;
  * clock offsets where libfaketime is installed) against three `serve` processes under the flow load.
  * No reply may break its flow's rules, nothing in Postgres may break the invariant or contradict the
  * clients, no process may exit on its own and every call must resolve. `npm run nemesis` runs the same for longer, on other seeds.
@@ -19,7 +19,8 @@ describe("nemesis: overlapping faults from a seed", () => {
     const { logs, ...run } = await runNemesis({
       seed,
       faultsMs,
-      kinds: faultKinds,
+      // Every kind but standbyStall (its own primary and standby: run by `npm run nemesis`).
+      kinds: faultKinds.filter((kind) => kind !== "standbyStall"),
       clock: faketimeAvailable(),
       log: () => {}
     })

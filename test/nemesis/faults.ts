@@ -116,6 +116,14 @@ export const applyFault = async (world: NemesisWorld, event: FaultEvent): Promis
         `new connections ${newConnections}`
       )
     }
+    case "standbyStall": {
+      const link = world.standby?.link
+      if (link === undefined) return `standby link: no standby in this world, not stalled`
+      link.silence()
+      await sleep(event.durationMs)
+      link.resume()
+      return `standby link silent for ${event.durationMs} ms: every COMMIT waited, reads answered`
+    }
     case "pause": {
       const serve = currentServe(member)
       if (!isRunning(serve)) return `${name}: not running, not paused`
@@ -150,6 +158,7 @@ export const healAll = async (world: NemesisWorld): Promise<void> => {
     // Every reset was restored when its fault ended (the run waits for them all before this).
     member.nats.resume()
     member.postgres.resume()
+    world.standby?.link.resume()
     const serve = currentServe(member)
     if (isRunning(serve)) serve.child.kill("SIGCONT")
     else restartMember(member)

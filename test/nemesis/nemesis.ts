@@ -101,6 +101,8 @@ class Monitor {
   private readonly seen = new Set<string>()
   private wrongSeen = 0
   private lastDatabaseCheck = 0
+  /** How far each process's output was read for duplicate refusals (a whole line's end). */
+  private readonly scanned = new Map<ServeProcess, number>()
 
   constructor(
     private readonly world: NemesisWorld,
@@ -122,6 +124,33 @@ class Monitor {
           `process exited on its own: m${member.index} #${incarnation} ` +
             `(${serve.child.exitCode ?? serve.child.signalCode}); last line: ${last.slice(0, 400)}`
         )
+      })
+  }
+
+  /**
+   * A write Postgres refused because its ledger key was applied already (`usage_ledger_applied_once`):
+   * the process decided again a change that had landed (in a commit of unknown outcome), so its memory
+   * was behind the database (issue 26, item 1). The constraint kept the ledger right this time; the
+   * state the process decided from was wrong, and whatever else it decided from it went through.
+   */
+  checkDuplicateRefusals(): void {
+    for (const member of this.world.members)
+      member.incarnations.forEach((serve, incarnation) => {
+        const output = serve.output()
+        const from = this.scanned.get(serve) ?? 0
+        const to = output.lastIndexOf("\n") + 1
+        if (to <= from) return
+        this.scanned.set(serve, to)
+        for (const line of output.slice(from, to).split("\n")) {
+          if (!line.includes("usage_ledger_applied_once")) continue
+          const entry = parseLogLine(line)
+          const atMs = (entry.time ?? Date.now()) - this.startedAt
+          this.add(
+            `memory behind the database: m${member.index} #${incarnation} wrote for ${entry.user ?? "?"} ` +
+              `a ledger key already applied (usage_ledger_applied_once) at +${atMs} ms`,
+            atMs
+          )
+        }
       })
   }
 
@@ -157,12 +186,22 @@ class Monitor {
     this.wrongSeen = load.wrongAnswers.length
     this.checkExits()
     this.checkFailures()
+    this.checkDuplicateRefusals()
     for (const overGrant of clientOverGrants(load)) this.add(`over-grant: ${overGrant}`)
     if (Date.now() - this.lastDatabaseCheck >= 5_000) {
       this.lastDatabaseCheck = Date.now()
       const report = await checkDatabase(this.world.database.pool, load.snapshot())
       for (const violation of report.violations) this.add(`database: ${violation}`)
     }
+  }
+}
+
+/** A process's JSON log line, or nothing of it when the line is not JSON. */
+const parseLogLine = (line: string): { time?: number; user?: string } => {
+  try {
+    return JSON.parse(line) as { time?: number; user?: string }
+  } catch {
+    return {}
   }
 }
 
@@ -180,7 +219,8 @@ export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult
     members: settings.members,
     kinds: options.kinds,
     queryTimeoutMs: settings.queryTimeoutMs,
-    disruptedMax: settings.members - 1,
+    // One process alone may be cut off too (else a run of one would never apply a disrupting fault).
+    disruptedMax: Math.max(1, settings.members - 1),
     ...(options.intensity === undefined ? {} : { intensity: options.intensity })
   })
   log(
@@ -190,7 +230,11 @@ export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult
   let world: NemesisWorld | undefined
   let running: FlowLoad | undefined
   try {
-    world = await openWorld({ ...settings, clock: options.clock && options.kinds.includes("clock") })
+    world = await openWorld({
+      ...settings,
+      clock: options.clock && options.kinds.includes("clock"),
+      standby: options.kinds.includes("standbyStall")
+    })
     const load = await FlowLoad.start({
       servers: world.nats.url,
       prefix: world.prefix,
@@ -284,12 +328,15 @@ export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult
           : [`m${member.index} #${incarnation}: exited (${serve.child.exitCode ?? serve.child.signalCode})`]
       )
     )
-    const logs = world.members.flatMap((member) =>
-      member.incarnations.map((serve, incarnation) => ({
-        name: `m${member.index}-${incarnation}`,
-        text: serve.output()
-      }))
-    )
+    const logs = [
+      ...world.members.flatMap((member) =>
+        member.incarnations.map((serve, incarnation) => ({
+          name: `m${member.index}-${incarnation}`,
+          text: serve.output()
+        }))
+      ),
+      ...(world.standby?.serverLogs() ?? [])
+    ]
     return {
       seed: options.seed,
       kinds: options.kinds,

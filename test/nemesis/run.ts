@@ -1,6 +1,6 @@
 /**
  * `npm run nemesis -- --minutes N [--seed S] [--faults doubt,memberLock] [--run-seconds 60]
- * [--intensity 1] [--out DIR] [--keep-going]`
+ * [--intensity 1] [--out DIR] [--keep-going] [--members 3] [--query-timeout-ms 1000] [--lease-ms 6000]`
  *
  * Runs seeds S, S+1, ... (each a run of --run-seconds of faults, default 60) until N minutes of faults
  * have run or a run finds a violation (unless --keep-going). The seed comes from --seed, else
@@ -17,6 +17,7 @@ import type { NemesisResult } from "./nemesis.js"
 import { describeRun, writeResults } from "./report.js"
 import type { SeriesSummary } from "./report.js"
 import { faultKinds, parseKinds } from "./schedule.js"
+import { standbyAvailable } from "./standby.js"
 import { endEverything, faketimeAvailable } from "./world.js"
 
 for (const signal of ["SIGINT", "SIGTERM"] as const)
@@ -33,7 +34,10 @@ const { values } = parseArgs({
     "run-seconds": { type: "string", default: "60" },
     intensity: { type: "string", default: "1" },
     out: { type: "string" },
-    "keep-going": { type: "boolean", default: false }
+    "keep-going": { type: "boolean", default: false },
+    members: { type: "string" },
+    "query-timeout-ms": { type: "string" },
+    "lease-ms": { type: "string" }
   },
   strict: true
 })
@@ -41,17 +45,32 @@ const { values } = parseArgs({
 const seedText = values.seed ?? process.env["QUOTA_NEMESIS_SEED"]
 const baseSeed = seedText === undefined ? Date.now() % 1_000_000 : Number(seedText)
 if (!Number.isSafeInteger(baseSeed)) throw new Error(`--seed must be an integer, got ${seedText}`)
-const kinds = parseKinds(values.faults)
+const kinds = parseKinds(values.faults).filter((kind) => {
+  if (kind !== "standbyStall" || standbyAvailable()) return true
+  // Asked for by name: a run without it would not be the run asked for.
+  if (values.faults !== undefined) throw new Error("standbyStall needs /usr/lib/postgresql/15/bin")
+  console.log("Postgres 15 binaries not found (/usr/lib/postgresql/15/bin): standbyStall left out")
+  return false
+})
 const clock = faketimeAvailable()
 if (kinds.includes("clock") && !clock)
   console.log("libfaketime not found (apt-get install -y faketime): clock offsets are not applied")
 const runMs = Number(values["run-seconds"]) * 1_000
 const budgetMs = Number(values.minutes) * 60_000
 const intensity = Number(values.intensity)
+/** The world's settings given on the command line (else nemesis.ts's defaults), part of a replay. */
+const settings = {
+  ...(values.members === undefined ? {} : { members: Number(values.members) }),
+  ...(values["query-timeout-ms"] === undefined ? {} : { queryTimeoutMs: Number(values["query-timeout-ms"]) }),
+  ...(values["lease-ms"] === undefined ? {} : { leaseMs: Number(values["lease-ms"]) })
+}
 
 console.log(
   `nemesis: seed ${baseSeed}, faults ${kinds.join(", ")} (of ${faultKinds.join(", ")}), ` +
-    `${values.minutes} min in runs of ${runMs / 1_000} s, intensity ${intensity}`
+    `${values.minutes} min in runs of ${runMs / 1_000} s, intensity ${intensity}` +
+    Object.entries(settings)
+      .map(([name, value]) => `, ${name} ${value}`)
+      .join("")
 )
 await buildServe()
 const startedAt = new Date().toISOString()
@@ -59,11 +78,15 @@ const runs: Array<Omit<NemesisResult, "logs">> = []
 const runLogs: Array<{ seed: number; failed: boolean; logs: NemesisResult["logs"] }> = []
 const replayOptions =
   (values.faults === undefined ? "" : ` --faults ${values.faults}`) +
-  (intensity === 1 ? "" : ` --intensity ${intensity}`)
+  (intensity === 1 ? "" : ` --intensity ${intensity}`) +
+  (values.members === undefined ? "" : ` --members ${values.members}`) +
+  (values["query-timeout-ms"] === undefined ? "" : ` --query-timeout-ms ${values["query-timeout-ms"]}`) +
+  (values["lease-ms"] === undefined ? "" : ` --lease-ms ${values["lease-ms"]}`)
 // A remainder under 10 s is not worth a cluster's start: the series ends there.
 for (let seed = baseSeed; runs.length === 0 || budgetMs - sumFaultsMs(runs) >= 10_000; seed += 1) {
   const faultsMs = Math.min(runMs, budgetMs - sumFaultsMs(runs))
   const { logs, ...run } = await runNemesis({
+    ...settings,
     seed,
     faultsMs,
     kinds,

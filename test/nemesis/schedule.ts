@@ -22,7 +22,8 @@ export const faultKinds = [
   "kill",
   "clock",
   // Last: each kind draws from a stream of its own by its index, so the earlier kinds' plans stay.
-  "postgresSilent"
+  "postgresSilent",
+  "standbyStall"
 ] as const
 
 export type FaultKind = (typeof faultKinds)[number]
@@ -76,8 +77,15 @@ export const kindPlans: Readonly<Record<FaultKind, KindPlan>> = {
   kill: { meanGapMs: 25_000, durationMs: [500, 4_000], resource: "process", disrupts: true },
   clock: { meanGapMs: 8_000, durationMs: [2_000, 15_000], resource: "clock", disrupts: false },
   // Nothing passes on its store connections, nothing is reset; the member-lock session kept or ended.
-  postgresSilent: { meanGapMs: 14_000, durationMs: [1_000, 6_000], resource: "postgres", disrupts: true }
+  postgresSilent: { meanGapMs: 14_000, durationMs: [1_000, 6_000], resource: "postgres", disrupts: true },
+  // The synchronous standby's link silent (the nemesis's own primary): every COMMIT of every process
+  // waits, reads answer; the query timeout makes doubtful commits at staggered moments. One link for
+  // the cluster: the resource is shared by all processes (see makeSchedule).
+  standbyStall: { meanGapMs: 20_000, durationMs: [5_000, 15_000], resource: "standby", disrupts: false }
 }
+
+/** Resources of the cluster, not of one process: two faults on them never overlap, whatever member. */
+const sharedResources: ReadonlySet<string> = new Set(["standby"])
 
 export interface ScheduleOptions {
   readonly seed: number
@@ -134,7 +142,7 @@ export const makeSchedule = (options: ScheduleOptions): Array<FaultEvent> => {
     const plan = kindPlans[event.kind]
     const busy = accepted.some(
       (other) =>
-        other.member === event.member &&
+        (other.member === event.member || sharedResources.has(plan.resource)) &&
         kindPlans[other.kind].resource === plan.resource &&
         overlaps(event, other)
     )

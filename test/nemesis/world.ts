@@ -21,6 +21,8 @@ import type { TcpProxy } from "../support/tcpProxy.js"
 import { startTcpProxy } from "../support/tcpProxy.js"
 import { logEntries, startCluster } from "../cluster/cluster.js"
 import { slotLimit } from "../cluster/flows.js"
+import type { StandbyPair } from "./standby.js"
+import { startStandbyPair, stopStandbyPairs } from "./standby.js"
 
 export const libfaketimePath = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 export const faketimeAvailable = (): boolean => existsSync(libfaketimePath)
@@ -56,6 +58,8 @@ export interface NemesisWorld {
   readonly partitions: number
   readonly queryTimeoutMs: number
   readonly members: ReadonlyArray<NemesisMember>
+  /** With standbyStall: the nemesis's own primary and its synchronous standby (else the shared server). */
+  readonly standby: StandbyPair | undefined
   /** Set when closeWorld begins: the processes' ends from then on are the nemesis's own. */
   readonly closing: { value: boolean }
 }
@@ -67,6 +71,8 @@ export interface WorldOptions {
   /** The processes' QUOTA_STORE_QUERY_TIMEOUT: a commit sleeping longer is of unknown outcome. */
   readonly queryTimeoutMs: number
   readonly clock: boolean
+  /** A primary of its own with a synchronous standby whose link can go silent (standbyStall). */
+  readonly standby: boolean
 }
 
 /** The switch and the sleeping trigger (see the file's comment); `quota`'s tables exist by then. */
@@ -106,7 +112,8 @@ export const openWorld = async (options: WorldOptions): Promise<NemesisWorld> =>
       `listen: 127.0.0.1:${port}\nping_interval: "1s"\nping_max: 2\n` +
       `jetstream { store_dir: "${join(dir, "js")}" }\n`
   )
-  const database = await createTestDatabase("nemesis")
+  const standby = options.standby ? await startStandbyPair() : undefined
+  const database = standby?.database ?? (await createTestDatabase("nemesis"))
   const prefix = randomPrefix("nem")
   const members: Array<NemesisMember> = []
   for (let index = 0; index < options.members; index += 1) {
@@ -155,6 +162,7 @@ export const openWorld = async (options: WorldOptions): Promise<NemesisWorld> =>
     partitions: options.partitions,
     queryTimeoutMs: options.queryTimeoutMs,
     members,
+    standby,
     closing: { value: false }
   }
   openWorlds.add(world)
@@ -191,6 +199,8 @@ export const endEverything = async (): Promise<void> => {
     Promise.allSettled([...openWorlds].map((world) => closeWorld(world))),
     new Promise((resolve) => setTimeout(resolve, endMsMax))
   ])
+  // A pair started for a world that never opened (or did not close in time).
+  await stopStandbyPairs()
   for (const pid of childPids()) {
     try {
       process.kill(pid, "SIGCONT")
@@ -221,6 +231,7 @@ export const closeWorld = async (world: NemesisWorld | undefined): Promise<void>
     await member.postgres.close()
   }
   await world.database.drop()
+  await world.standby?.stop()
   await world.nats.stop()
   await rm(world.dir, { recursive: true, force: true })
 }
