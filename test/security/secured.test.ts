@@ -278,9 +278,10 @@ describe("user and password over TLS, in deploy/nats's permission layout", () =>
     expect(refused.code).toBe(2)
     expect(refused.stdout).toBe("")
     const admin = service.subjectOf("dee", "admin")
-    // The coordinator never saw the request: to the command line a connection-level failure.
+    // The coordinator never saw the request: to the command line a connection-level failure, naming
+    // the op, the user and the subject (issue 30: every client error says what happened).
     expect(refused.stderr).toBe(
-      `quota-coordinator: ${admin}: Permissions Violation for Publish to "${admin}"\n`
+      `quota-coordinator: quota: set_plan (user "dee") on ${admin}: Permissions Violation for Publish to "${admin}"\n`
     )
     expect(await operator.getUsage({ user: "dee" })).toMatchObject({ status: "ok", plan: "free" })
   })
