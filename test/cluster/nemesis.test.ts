@@ -19,8 +19,9 @@ describe("nemesis: overlapping faults from a seed", () => {
     const { logs, ...run } = await runNemesis({
       seed,
       faultsMs,
-      // Every kind but standbyStall (its own primary and standby: run by `npm run nemesis`).
-      kinds: faultKinds.filter((kind) => kind !== "standbyStall"),
+      // Every kind but standbyStall (its own primary and standby) and storeSilent (added after these
+      // seeds were fixed; 8-20 s each): run by `npm run nemesis`.
+      kinds: faultKinds.filter((kind) => kind !== "standbyStall" && kind !== "storeSilent"),
       clock: faketimeAvailable(),
       log: () => {}
     })

@@ -36,6 +36,32 @@ const lockSessionPorts = async (world: NemesisWorld, member: NemesisMember): Pro
   return new Set(result.rows.map((row) => row.port))
 }
 
+/**
+ * The ports of the member's ownership-pool connections: the pools share the member's application_name
+ * (serve.ts), so they are told apart by what they last ran; only the ownership queries touch
+ * `members` and `partition_owners` (the store's fence is `assert_partition_epochs`).
+ */
+const ownershipPoolPorts = async (world: NemesisWorld, member: NemesisMember): Promise<Set<number>> => {
+  const result = await world.database.pool.query<{ port: number }>(
+    `select client_port as port from pg_stat_activity
+     where application_name = $1 and datname = current_database()
+       and (query like '%.members%' or query like '%.partition_owners%')`,
+    [member.app]
+  )
+  return new Set(result.rows.map((row) => row.port))
+}
+
+/** Ends the member's member-lock session now and each time it is taken again, for `durationMs`; how many. */
+const keepLockLost = async (world: NemesisWorld, member: NemesisMember, durationMs: number) => {
+  let ended = await endLockSessions(world, member)
+  const until = Date.now() + durationMs
+  while (Date.now() < until) {
+    await sleep(lockKillIntervalMs)
+    ended += await endLockSessions(world, member)
+  }
+  return ended
+}
+
 const setDoubt = async (
   world: NemesisWorld,
   member: NemesisMember,
@@ -75,12 +101,7 @@ export const applyFault = async (world: NemesisWorld, event: FaultEvent): Promis
       return `${name}: ${Math.round(event.level * 100)} % of commits slept ${event.sleepMs} ms for ${event.durationMs} ms`
     }
     case "memberLock": {
-      let ended = await endLockSessions(world, member)
-      const until = Date.now() + event.durationMs
-      while (Date.now() < until) {
-        await sleep(lockKillIntervalMs)
-        ended += await endLockSessions(world, member)
-      }
+      const ended = await keepLockLost(world, member, event.durationMs)
       return `${name}: member-lock session ended ${ended} times over ${event.durationMs} ms`
     }
     case "natsReset": {
@@ -114,6 +135,32 @@ export const applyFault = async (world: NemesisWorld, event: FaultEvent): Promis
         `${name}: Postgres silent on its store connections for ${event.durationMs} ms, member lock ` +
         `${event.lockEnded ? `ended (${ended} sessions)` : `kept (${spared.size} sessions)`}, ` +
         `new connections ${newConnections}`
+      )
+    }
+    case "storeSilent": {
+      // Only the store pool goes silent: its requests in flight stay stuck (until the query timeout),
+      // holding the step-down, while the ownership pool and the member-lock session pass; new
+      // connections pass (the lock's new session, a pool's new connection). While the lock is lost
+      // the ownership pool is silent too: a heartbeat without the lock's key would say the process
+      // lives, and the others would not take over.
+      const [lock, ownership] = await Promise.all([
+        lockSessionPorts(world, member),
+        ownershipPoolPorts(world, member)
+      ])
+      const proxy = member.postgres
+      proxy.silence({ sparedUpstreamPorts: new Set([...lock, ...ownership]), newConnections: "pass" })
+      const lockAfterMs = Math.min(event.lockAfterMs, event.durationMs)
+      await sleep(lockAfterMs)
+      const lockLostMs = Math.min(event.lockLostMs, event.durationMs - lockAfterMs)
+      proxy.silence({ sparedUpstreamPorts: lock, newConnections: "pass" })
+      const ended = await keepLockLost(world, member, lockLostMs)
+      proxy.resumePorts(ownership)
+      await sleep(event.durationMs - lockAfterMs - lockLostMs)
+      proxy.resume()
+      return (
+        `${name}: Postgres silent on its store pool's connections for ${event.durationMs} ms ` +
+        `(spared: ${ownership.size} of the ownership pool, ${lock.size} member-lock); member lock ended ` +
+        `${ended} times, ownership pool silent too, from +${lockAfterMs} ms for ${lockLostMs} ms, then regained`
       )
     }
     case "standbyStall": {

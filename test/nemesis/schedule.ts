@@ -23,7 +23,8 @@ export const faultKinds = [
   "clock",
   // Last: each kind draws from a stream of its own by its index, so the earlier kinds' plans stay.
   "postgresSilent",
-  "standbyStall"
+  "standbyStall",
+  "storeSilent"
 ] as const
 
 export type FaultKind = (typeof faultKinds)[number]
@@ -47,6 +48,13 @@ export interface FaultEvent {
   readonly lockEnded: boolean
   /** postgresSilent: connections made during the silence pass (a stuck flow), else stay silent. */
   readonly newConnectionsPass: boolean
+  /** storeSilent: ms after the silence began that the member lock is ended (else 0). */
+  readonly lockAfterMs: number
+  /**
+   * storeSilent: how long the member lock stays lost (ended again each time it is taken) while the
+   * ownership pool is silent too (so no heartbeat says the process lives: the others take over), else 0.
+   */
+  readonly lockLostMs: number
 }
 
 interface KindPlan {
@@ -81,7 +89,13 @@ export const kindPlans: Readonly<Record<FaultKind, KindPlan>> = {
   // The synchronous standby's link silent (the nemesis's own primary): every COMMIT of every process
   // waits, reads answer; the query timeout makes doubtful commits at staggered moments. One link for
   // the cluster: the resource is shared by all processes (see makeSchedule).
-  standbyStall: { meanGapMs: 20_000, durationMs: [5_000, 15_000], resource: "standby", disrupts: false }
+  standbyStall: { meanGapMs: 20_000, durationMs: [5_000, 15_000], resource: "standby", disrupts: false },
+  // Item 2's window: the store pool's connections silent (requests in flight stuck until the query
+  // timeout, holding the step-down), the ownership pool's and the member-lock session's passing, but
+  // for a while inside it the member lock is ended and the ownership pool silent too (the others see
+  // the process dead and take over), then both pass again: the others hand partitions back while the
+  // step-down still waits.
+  storeSilent: { meanGapMs: 20_000, durationMs: [8_000, 20_000], resource: "postgres", disrupts: true }
 }
 
 /** Resources of the cluster, not of one process: two faults on them never overlap, whatever member. */
@@ -127,9 +141,12 @@ export const makeSchedule = (options: ScheduleOptions): Array<FaultEvent> => {
       const stall = kind === "doubt" && random() < 0.5
       const lockEnded = kind === "postgresSilent" && random() < 0.5
       const newConnectionsPass = kind === "postgresSilent" && random() < 0.5
+      const lockAfterMs = kind === "storeSilent" ? Math.round(200 + random() * 1_800) : 0
+      const lockLostMs = kind === "storeSilent" ? Math.round(1_000 + random() * 1_500) : 0
       candidates.push({
         at: Math.round(at),
-        ...{ kind, member, durationMs, level, sleepMs, stall, lockEnded, newConnectionsPass }
+        ...{ kind, member, durationMs, level, sleepMs, stall, lockEnded, newConnectionsPass },
+        ...{ lockAfterMs, lockLostMs }
       })
       at += -Math.log(1 - random()) * meanGapMs
     }

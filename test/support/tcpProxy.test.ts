@@ -19,16 +19,19 @@ afterEach(async () => {
 /** A server that counts what it receives and answers each chunk with "ok". */
 const countingServer = async () => {
   const received: Array<string> = []
-  const server = net.createServer((socket) =>
+  /** The proxy's port towards the server of each connection, in the order they arrived. */
+  const ports: Array<number> = []
+  const server = net.createServer((socket) => {
+    ports.push(socket.remotePort!)
     socket.on("data", (chunk) => {
       received.push(chunk.toString())
       socket.write("ok")
     })
-  )
+  })
   server.listen(0, "127.0.0.1")
   await once(server, "listening")
   closers.push(() => new Promise((resolve) => server.close(() => resolve())))
-  return { port: (server.address() as net.AddressInfo).port, received }
+  return { port: (server.address() as net.AddressInfo).port, received, ports }
 }
 
 const connectThrough = async (proxy: TcpProxy) => {
@@ -76,5 +79,22 @@ describe("tcpProxy", () => {
     await settle()
     expect(server.received.join("")).toBe("ab")
     expect(client.answers()).toBe("okok")
+  })
+  it("resumePorts() forwards again only the silent connections on those ports", async () => {
+    const { server, proxy, client } = await proxiedAfterOneByte()
+    const other = await connectThrough(proxy)
+    other.socket.write("x")
+    await settle()
+    proxy.silence()
+    client.socket.write("b")
+    other.socket.write("y")
+    await settle()
+    proxy.resumePorts(new Set([server.ports[0]!]))
+    await settle()
+    expect(server.received.join("")).toBe("axb")
+    expect(other.answers()).toBe("ok")
+    proxy.resume()
+    await settle()
+    expect(server.received.join("")).toBe("axby")
   })
 })

@@ -30,6 +30,8 @@ export interface TcpProxy {
    * connection already forwarding is left as it is, so resuming a proxy that was not silent is a no-op.
    */
   readonly resume: () => void
+  /** Forwards again on the silent connections whose local port towards the server is one of these. */
+  readonly resumePorts: (ports: ReadonlySet<number>) => void
   readonly close: () => Promise<void>
 }
 
@@ -139,6 +141,12 @@ export const startTcpProxy = async (targetHost: string, targetPort: number): Pro
     resume: () => {
       silent = false
       for (const pair of pairs) forward(pair)
+    },
+    resumePorts: (ports) => {
+      for (const pair of pairs) {
+        const port = pair.upstream?.localPort
+        if (port !== undefined && ports.has(port)) forward(pair)
+      }
     },
     close: closeServer
   }
