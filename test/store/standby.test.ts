@@ -6,10 +6,14 @@
  */
 import { randomUUID } from "node:crypto"
 import net from "node:net"
+import { Writable } from "node:stream"
 import { Effect, Exit } from "effect"
 import pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { watchReplication } from "../../src/cli/watchReplication.js"
+import { makePrometheusMetrics } from "../../src/ops/PrometheusMetrics.js"
 import { makeReadiness } from "../../src/ops/Readiness.js"
+import { makeLogger } from "../../src/transport/log.js"
 import type { PostgresStore } from "../../src/store/postgres/PostgresStore.js"
 import { makePostgresStore, poolConfig, scopedPool } from "../../src/store/postgres/PostgresStore.js"
 import { migrate } from "../../src/store/postgres/migrate.js"
@@ -92,18 +96,59 @@ const readinessSays = async (
 
 const schema = "standby_test"
 
+const standbyHasSchema = async (standbyUrl: string): Promise<boolean> => {
+  const standby = new pg.Client({ connectionString: standbyUrl })
+  try {
+    await standby.connect()
+    const found = await standby.query<{ t: string | null }>("select to_regclass($1) as t", [
+      `${schema}.settings`
+    ])
+    return found.rows[0]?.t !== null && found.rows[0]?.t !== undefined
+  } catch {
+    // Not there yet: the database's creation is not applied on the standby.
+    return false
+  } finally {
+    await standby.end().catch(() => undefined)
+  }
+}
+
+/** What watchReplication says on `pool` (its log lines, level and msg) and the gauge as scraped. */
+const replicationSaid = async (pool: pg.Pool) => {
+  const lines: Array<{ level: number; msg: string }> = []
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      for (const line of chunk
+        .toString()
+        .split("\n")
+        .filter((each) => each !== ""))
+        lines.push(JSON.parse(line) as { level: number; msg: string })
+      done()
+    }
+  })
+  const watched = await acquireScoped(watchReplication(pool, makeLogger("info", sink)))
+  try {
+    const metrics = makePrometheusMetrics({ meters: [], plans: [], processMetrics: false })
+    metrics.setGaugeSources({ postgresSynchronousStandbys: watched.value })
+    const scraped = (await metrics.scrape()).body
+    const gauge = /^quota_postgres_synchronous_standbys (\d+)$/m.exec(scraped)?.[1]
+    return { lines, gauge: gauge === undefined ? undefined : Number(gauge) }
+  } finally {
+    await watched.close()
+  }
+}
+
 describe.skipIf(!standbyAvailable())("never serving from a standby (a real streaming standby)", () => {
   let pair: StandbyPair
 
   beforeAll(async () => {
     pair = await startStandbyPair()
     await Effect.runPromise(migrate(pair.database.pool, schema))
-    // The schema reaches the standby before the tests read it there.
-    const standby = new pg.Client({ connectionString: pair.standbyUrl })
-    await standby.connect()
-    while ((await standby.query("select to_regclass($1) as t", [`${schema}.settings`])).rows[0]?.t === null)
+    // The database and schema reach the standby (it applies WAL a little after the primary commits).
+    const until = Date.now() + 30_000
+    while (!(await standbyHasSchema(pair.standbyUrl))) {
+      if (Date.now() > until) throw new Error("the schema never reached the standby")
       await sleep(50)
-    await standby.end()
+    }
   }, 120_000)
 
   afterAll(async () => {
@@ -135,12 +180,44 @@ describe.skipIf(!standbyAvailable())("never serving from a standby (a real strea
       await proxy.close()
     }
   }, 60_000)
+
+  it("logs the primary's synchronous standby at start and counts it in quota_postgres_synchronous_standbys", async () => {
+    // As serve's sessions commit: synchronous_commit as the server says (on).
+    const pool = new pg.Pool({ connectionString: pair.database.url, max: 2 })
+    const said = await replicationSaid(pool).finally(() => pool.end())
+    console.log(`with a synchronous standby: gauge ${said.gauge}, log ${JSON.stringify(said.lines)}`)
+    expect(said.gauge).toBe(1)
+    expect(said.lines).toHaveLength(1)
+    expect(said.lines[0]!.level).toBe(30)
+    expect(said.lines[0]!.msg).toContain("nemesis-standby (sync)")
+    expect(said.lines[0]!.msg).toContain("an acknowledged grant survives the primary's loss")
+    // Sessions committing with synchronous_commit = local (the pair's own pool) wait for no standby.
+    const local = await replicationSaid(pair.database.pool)
+    expect(local.lines[0]!.level).toBe(40)
+    expect(local.lines[0]!.msg).toContain("synchronous_commit local")
+  })
 })
 
 if (!standbyAvailable())
   describe("never serving from a standby", () => {
     it.skip("needs the Postgres 15 server binaries (/usr/lib/postgresql/15/bin): the standby test is skipped", () => {})
   })
+
+describe("saying what the deployment risks (shared Postgres, no standby)", () => {
+  it("warns at start that an acknowledged grant may be lost, and the gauge reads 0", async () => {
+    const pool = new pg.Pool({ connectionString: testDatabaseUrl, max: 2 })
+    try {
+      const said = await replicationSaid(pool)
+      console.log(`without a standby: gauge ${said.gauge}, log ${JSON.stringify(said.lines)}`)
+      expect(said.gauge).toBe(0)
+      expect(said.lines).toHaveLength(1)
+      expect(said.lines[0]!.level).toBe(40)
+      expect(said.lines[0]!.msg).toContain("an acknowledged grant may be lost if the primary is lost")
+    } finally {
+      await pool.end()
+    }
+  })
+})
 
 describe("never serving from a read-only server (shared Postgres)", () => {
   const database = `qc_readonly_${randomUUID().replaceAll("-", "").slice(0, 12)}`
