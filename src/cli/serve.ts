@@ -43,6 +43,8 @@ import type { NatsServerShape } from "../transport/NatsServer.js"
 import { NatsServer, natsServerLayer, natsServerOptions } from "../transport/NatsServer.js"
 import { memberDeathCheckIntervalMs, natsLossGraceMs, ownershipPoolConnections } from "../domain/limits.js"
 import { holdMemberLock } from "../store/postgres/memberLock.js"
+import type { GaugeSources } from "../ops/PrometheusMetrics.js"
+import { watchReplication } from "./watchReplication.js"
 import type { ClockOffsetState } from "../cluster/ClockOffset.js"
 import { clockOffsetNowMs, clockWithinBound, makeClockOffsetState } from "../cluster/ClockOffset.js"
 
@@ -188,7 +190,8 @@ const startOwnership = (
   server: NatsServerShape,
   coordinator: CoordinatorShape,
   publisher: EventPublisher | undefined,
-  logger: Logger
+  logger: Logger,
+  metrics: { readonly setGaugeSources: (sources: Partial<GaugeSources>) => void } | undefined
 ) =>
   Effect.gen(function* () {
     // Bounded waits: a round must not hang behind a paused process's locks (claims also skip
@@ -199,6 +202,9 @@ const startOwnership = (
         queryTimeoutMs: Math.max(500, Math.floor(settings.partitionLeaseMs / 2))
       })
     )
+    // What the deployment risks, logged now and on change; charted as quota_postgres_synchronous_standbys.
+    const synchronousStandbys = yield* watchReplication(pool, logger)
+    metrics?.setGaugeSources({ postgresSynchronousStandbys: synchronousStandbys })
     const runFork = Effect.runForkWith(yield* Effect.context<never>())
     // Set below, once the options exist; the lock is first taken before them.
     let onMemberLockLost = (_reason: string): void => {}
@@ -338,7 +344,16 @@ export const serve = (
     const owning =
       ownership === undefined
         ? undefined
-        : yield* startOwnership(settings, target, ownership, server, coordinator, publisher, logger)
+        : yield* startOwnership(
+            settings,
+            target,
+            ownership,
+            server,
+            coordinator,
+            publisher,
+            logger,
+            operations?.metrics
+          )
     logger.info(
       {
         prefix: settings.prefix,

@@ -313,6 +313,12 @@ export const storeLoadsInFlightMax = 2
  */
 export const readinessCheckIntervalMs = 1_000
 
+/**
+ * How often `serve` reads the primary's synchronous standbys (pg_stat_replication) for the log and
+ * quota_postgres_synchronous_standbys: a standby lost or gained shows within this long.
+ */
+export const replicationCheckIntervalMs = 10_000
+
 /** How often the metrics sample the event loop's delay (prom-client's eventLoopMonitoringPrecision). */
 export const eventLoopSampleIntervalMs = 100
 export const readinessCheckTimeoutMs = 2_000

@@ -90,6 +90,8 @@ export interface GaugeSources {
   readonly clockOffsetMs: () => number
   /** Whether that offset (with its uncertainty) is beyond QUOTA_CLOCK_OFFSET_MAX_MS. */
   readonly clockBeyondMax: () => boolean
+  /** The primary's synchronous standbys as last read (src/cli/watchReplication.ts); 0 until read. */
+  readonly postgresSynchronousStandbys: () => number
 }
 
 export interface PrometheusMetricsOptions {
@@ -330,7 +332,8 @@ export const makePrometheusMetrics = (options: PrometheusMetricsOptions): Promet
     partitionsUnowned: () => 0,
     eventsPending: () => 0,
     clockOffsetMs: () => 0,
-    clockBeyondMax: () => false
+    clockBeyondMax: () => false,
+    postgresSynchronousStandbys: () => 0
   }
   const gauge = (name: string, help: string, read: (current: GaugeSources) => number) =>
     new Gauge({
@@ -359,6 +362,11 @@ export const makePrometheusMetrics = (options: PrometheusMetricsOptions): Promet
     "quota_clock_offset_beyond_max",
     "1 while the clock's offset from Postgres's is beyond QUOTA_CLOCK_OFFSET_MAX_MS: serving nothing.",
     (s) => (s.clockBeyondMax() ? 1 : 0)
+  )
+  gauge(
+    "quota_postgres_synchronous_standbys",
+    "The primary's synchronous standbys (pg_stat_replication sync or quorum). 0: an acknowledged grant may be lost with the primary.",
+    (s) => s.postgresSynchronousStandbys()
   )
 
   const recorder: MetricsRecorder = {

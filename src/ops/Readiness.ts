@@ -2,7 +2,8 @@
  * Readiness (`GET /readyz`): connected to NATS and Postgres answering, and (scaled out) this process's
  * clock within QUOTA_CLOCK_OFFSET_MAX_MS of Postgres's. NATS's state is read from the
  * connection when asked; Postgres is asked every `readinessCheckIntervalMs` by a fiber of the serve
- * scope (one `select 1`, bounded by `readinessCheckTimeoutMs`), so a probe never waits on the
+ * scope (one query, bounded by `readinessCheckTimeoutMs`, that also asks whether the server takes
+ * writes: a standby or a read-only server is down, "connected to a standby (in recovery)"), so a probe never waits on the
  * database and an outage shows within about interval + timeout, and its end as soon after.
  *
  * Readiness is this process's: a partition that no process has held for longer than a lease (the
@@ -15,6 +16,7 @@
  */
 import { Duration, Effect } from "effect"
 import type { Scope } from "effect"
+import { serverNotWritableIn } from "../store/postgres/writablePrimary.js"
 import { readinessCheckIntervalMs, readinessCheckTimeoutMs } from "../domain/limits.js"
 
 /** `clock`: this process's clock against Postgres's (QUOTA_CLOCK_OFFSET_MAX_MS), not a service. */
@@ -103,11 +105,15 @@ export const makeReadiness = (onChange: (change: ReadinessChange) => void = () =
     const check = ping.pipe(
       Effect.timeoutOption(Duration.millis(timeoutMs)),
       Effect.match({
-        onFailure: (cause) => setPostgres(postgresReasons.failed, detailOf(cause)),
+        onFailure: (cause) =>
+          setPostgres(serverNotWritableIn(cause)?.reason ?? postgresReasons.failed, detailOf(cause)),
         onSuccess: (answered) =>
           answered._tag === "Some"
             ? setPostgres(undefined, undefined)
-            : setPostgres(postgresReasons.timedOut(timeoutMs), `select 1 not answered within ${timeoutMs} ms`)
+            : setPostgres(
+                postgresReasons.timedOut(timeoutMs),
+                `the readiness check not answered within ${timeoutMs} ms`
+              )
       })
     )
     return Effect.asVoid(

@@ -41,6 +41,8 @@ export interface StandbyPair {
   readonly dir: string
   /** The primary's database for the run: the coordinators' DATABASE_URL points here (through proxies). */
   readonly database: TestDatabase
+  /** The same database on the standby (read-only, in recovery). */
+  readonly standbyUrl: string
   /** The standby's replication link: `silence()` stalls every COMMIT on the primary, `resume()` heals. */
   readonly link: TcpProxy
   /** Both servers' logs (the primary's shows the backends ended while they waited for the standby). */
@@ -164,7 +166,8 @@ export const startStandbyPair = async (): Promise<StandbyPair> => {
         name: index === 0 ? "pg-primary" : "pg-standby",
         text: server.output()
       }))
-    return { dir, database, link, serverLogs, stop }
+    const standbyUrl = `postgres://postgres@127.0.0.1:${standbyPort}/${name}`
+    return { dir, database, standbyUrl, link, serverLogs, stop }
   } catch (error) {
     await stop()
     throw error

@@ -46,6 +46,7 @@ import {
   writeStatements
 } from "./writeEvents.js"
 import type { FencedWrite } from "./writeEvents.js"
+import { pingWritable, refuseUnlessWritable } from "./writablePrimary.js"
 
 /** The schema when configuration names none. */
 export const defaultSchema = "quota"
@@ -344,7 +345,7 @@ export const makePostgresStore = (
           catch: storeUnavailable("find users with expiries")
         }),
       ping: Effect.tryPromise({
-        try: () => pool.query("select 1").then(() => undefined),
+        try: () => pingWritable(pool),
         catch: storeUnavailable("ping")
       }),
       reconcile: () =>
@@ -453,6 +454,8 @@ export const poolConfig = (
     : { idle_in_transaction_session_timeout: bounds.idleInTransactionMs }),
   ...(bounds.lockTimeoutMs === undefined ? {} : { lock_timeout: bounds.lockTimeoutMs }),
   connectionTimeoutMillis: storeConnectTimeoutMs,
+  // Never write to a standby: each new connection is checked once and refused unless writable.
+  onConnect: refuseUnlessWritable,
   query_timeout: bounds.queryTimeoutMs ?? storeQueryTimeoutMs
 })
 

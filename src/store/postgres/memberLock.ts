@@ -10,6 +10,7 @@ import type { Scope } from "effect"
 import pg from "pg"
 import { storeConnectTimeoutMs } from "../../domain/limits.js"
 import { memberLockNamespace } from "./ownership.js"
+import { refuseUnlessWritable } from "./writablePrimary.js"
 
 export interface MemberLock {
   /** The key while the lock is held; null while it is not (connecting, or lost). */
@@ -42,6 +43,8 @@ export const holdMemberLock = (
       next.on("error", () => {})
       try {
         await next.connect()
+        // The lock of a member that writes nowhere would say it is alive: only on a writable primary.
+        await refuseUnlessWritable(next)
         if (notifications !== undefined) {
           next.on("notification", () => notifications.onNotified())
           await next.query(`listen "${notifications.channel}"`)

@@ -54,6 +54,11 @@ const identitySql = `
 /** What each pooled connection's server process is, read at its first write (see identifyBackend). */
 const identities = new WeakMap<pg.ClientBase, BackendIdentity>()
 
+/** Records `client`'s server process as read by the writable check on connect (writablePrimary.ts). */
+export const rememberIdentity = (client: pg.ClientBase, identity: BackendIdentity): void => {
+  identities.set(client, identity)
+}
+
 /** The connection's server process, as the doubts know it; one query the first time per connection. */
 export const identifyBackend = async (client: pg.ClientBase): Promise<BackendIdentity> => {
   const known = identities.get(client)
