@@ -15,11 +15,11 @@ import type { ChildProcess } from "node:child_process"
 import { execFile, spawn } from "node:child_process"
 import { existsSync } from "node:fs"
 import { chmod, chown, mkdtemp, rm, writeFile } from "node:fs/promises"
-import net from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { promisify } from "node:util"
 import pg from "pg"
+import { freePort } from "../support/operations.js"
 import type { TestDatabase } from "../support/processes.js"
 import type { TcpProxy } from "../support/tcpProxy.js"
 import { startTcpProxy } from "../support/tcpProxy.js"
@@ -58,16 +58,6 @@ const serverUser = async (): Promise<{ uid: number; gid: number } | undefined> =
   )
   return { uid: uid!, gid: gid! }
 }
-
-const freePort = (): Promise<number> =>
-  new Promise((resolve, reject) => {
-    const server = net.createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as net.AddressInfo
-      server.close(() => resolve(port))
-    })
-  })
 
 /** The pairs started and not yet stopped: SIGINT or SIGTERM stops them (stopStandbyPairs). */
 const livePairs = new Set<() => Promise<void>>()

@@ -18,6 +18,7 @@ import { partitionOf } from "../../src/domain/partition.js"
 import type { Result } from "../../src/domain/results.js"
 import { makeOwnershipQueries } from "../../src/store/postgres/ownership.js"
 import { postgresStoreLayer } from "../../src/store/postgres/PostgresStore.js"
+import { commitCommand, reserveCommand } from "../support/commands.js"
 import { acquireScoped, createTestSchema } from "../support/database.js"
 
 const database = createTestSchema("lock_regained")
@@ -75,15 +76,8 @@ afterAll(async () => {
 
 const submit = (process: Process, command: Command): Promise<Result> =>
   Effect.runPromise(process.coordinator.submit(command))
-const reserve = (id: string, amount: number): Command => ({
-  op: "reserve",
-  user,
-  meter: "analysis",
-  amount,
-  id,
-  ttlMs: 600_000
-})
-const commit = (id: string): Command => ({ op: "commit", user, id, amount: undefined })
+const reserve = (id: string, amount: number): Command => reserveCommand(user, id, amount)
+const commit = (id: string): Command => commitCommand(user, id)
 
 describe("a member lock lost and held again while the step-down still runs", () => {
   it("claims no partition whose pre-loss actors are still resident; grants nothing from that memory", async () => {

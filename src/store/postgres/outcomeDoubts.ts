@@ -44,7 +44,8 @@ export interface OutcomeDoubts {
 const settlePollMs = 20
 
 /** A timestamp as integer microseconds, compared in SQL only (never through a JS number or Date). */
-const microseconds = (timestamp: string): string => `(extract(epoch from ${timestamp}) * 1000000)::bigint`
+export const microseconds = (timestamp: string): string =>
+  `(extract(epoch from ${timestamp}) * 1000000)::bigint`
 
 const identitySql = `
   select pid, ${microseconds("backend_start")}::text as started_us,

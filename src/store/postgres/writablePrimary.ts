@@ -10,7 +10,7 @@
  * destroyed rather than reused.
  */
 import type pg from "pg"
-import { rememberIdentity } from "./outcomeDoubts.js"
+import { microseconds, rememberIdentity } from "./outcomeDoubts.js"
 
 /** What /readyz and the log say of a server that does not take writes (fixed words). */
 export const notWritableReasons = {
@@ -34,8 +34,6 @@ export const serverNotWritableIn = (cause: unknown): ServerNotWritable | undefin
   const inner = typeof cause === "object" && cause !== null ? (cause as { cause?: unknown }).cause : undefined
   return inner instanceof ServerNotWritable ? inner : undefined
 }
-
-const microseconds = (timestamp: string): string => `(extract(epoch from ${timestamp}) * 1000000)::bigint`
 
 // One row whatever pg_stat_activity lists (the embedded server may list nothing): the identity is null then.
 const checkSql = `
