@@ -8,7 +8,9 @@ import type pg from "pg"
 
 export const withCheckedOutClient = async <A>(
   pool: pg.Pool,
-  body: (client: pg.PoolClient) => Promise<A>
+  body: (client: pg.PoolClient) => Promise<A>,
+  /** Whether a throw of `body` says the connection must not be reused (destroyed, not returned). */
+  unusableAfter: (cause: unknown) => boolean = () => false
 ): Promise<A> => {
   const client = await pool.connect()
   let broken: Error | undefined
@@ -19,6 +21,7 @@ export const withCheckedOutClient = async <A>(
   try {
     return await body(client)
   } catch (cause) {
+    if (unusableAfter(cause)) broken ??= cause instanceof Error ? cause : new Error(String(cause))
     await client.query("rollback").catch((rollbackError: Error) => {
       broken = rollbackError
     })

@@ -10,6 +10,7 @@
  * destroyed rather than reused.
  */
 import type pg from "pg"
+import { withCheckedOutClient } from "./checkedOutClient.js"
 import { microseconds, rememberIdentity } from "./outcomeDoubts.js"
 
 /** What /readyz and the log say of a server that does not take writes (fixed words). */
@@ -76,18 +77,9 @@ export const refuseUnlessWritable = async (client: pg.ClientBase): Promise<void>
 
 /**
  * The readiness ping: asks on a pooled connection whether its server takes writes; a connection whose
- * server does not is destroyed (not returned to the pool) and the ping fails with ServerNotWritable.
+ * server does not, or that failed, is destroyed (not returned to the pool) and the ping fails.
  */
-export const pingWritable = async (pool: pg.Pool): Promise<void> => {
-  const client = await pool.connect()
-  let broken: Error | undefined
-  try {
-    const reason = await notWritableReason(client)
-    if (reason !== undefined) broken = new ServerNotWritable(reason)
-  } catch (cause) {
-    broken = cause instanceof Error ? cause : new Error(String(cause))
-  } finally {
-    client.release(broken)
-  }
-  if (broken !== undefined) throw broken
-}
+export const pingWritable = (pool: pg.Pool): Promise<void> =>
+  // Checked out as the store's writes are: a connection that dies meanwhile emits 'error' on the
+  // checked-out client, which must be heard (unheard, it crashed the process under the nemesis).
+  withCheckedOutClient(pool, refuseUnlessWritable, () => true)
