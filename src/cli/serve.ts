@@ -132,7 +132,8 @@ export const coordinatorLayerFor = (
       ? {}
       : {
           ownedPartitions: () => [...ownership.epochs.keys()],
-          servingEpoch: (user: string) => ownership.servingEpoch(partitionOf(user, partitions))
+          servingEpoch: (user: string) => ownership.servingEpoch(partitionOf(user, partitions)),
+          servesPartition: (partition: number) => ownership.servingEpoch(partition) !== undefined
         }),
     onError: (user, message, cause) => logger.error({ user, err: cause }, message),
     onClockStepBack: (latestMs, readMs) =>

@@ -35,6 +35,8 @@ import { checkSchemaName, storeUnavailable } from "./errors.js"
 import type { LoadUserRow, RecallRow } from "./loadUser.js"
 import { loadUsersSql, recallSql, recalledFromRow, storedUserFromRow } from "./loadUser.js"
 import { fromStoredText, toStoredText } from "./storedText.js"
+import { toSafeInteger, toSafeIntegerOrNull } from "./bigints.js"
+import { makeUsageHistory } from "./usageHistory.js"
 import { makeLoadBatch } from "../LoadBatch.js"
 import { migrate } from "./migrate.js"
 import { ensureSettings } from "./settings.js"
@@ -182,15 +184,6 @@ const queryStatements = (schema: string) => ({
     order by user_id, meter`
 })
 
-/** A bigint that `pg` returned as text, as a JS number; it must be exact. */
-const toSafeInteger = (text: string): number => {
-  const value = Number(text)
-  if (!Number.isSafeInteger(value)) throw new Error(`${text} is not a safe integer`)
-  return value
-}
-const toSafeIntegerOrNull = (text: string | null): number | null =>
-  text === null ? null : toSafeInteger(text)
-
 /** Builds the store over an existing pool; the writer fiber lives in the caller's scope. */
 export const makePostgresStore = (
   options: PostgresStoreOptions
@@ -308,7 +301,10 @@ export const makePostgresStore = (
       return Effect.tap(submit(events, epoch), () => Effect.sync(() => outboxCounts.recorded(recording)))
     }
 
+    const usageHistory = makeUsageHistory(pool, schema)
     const store: PostgresStore = {
+      pastUsage: usageHistory.pastUsage,
+      listUsage: usageHistory.listUsage,
       load: (user, now) =>
         Effect.tryPromise({
           try: () =>
