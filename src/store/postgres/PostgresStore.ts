@@ -3,7 +3,7 @@
  * through GroupCommit writers, so concurrent actors share transactions. Every `pg` failure becomes
  * `StoreUnavailable` here, at the edge.
  */
-import { Context, Effect, Exit, Layer } from "effect"
+import { Clock, Context, Effect, Exit, Layer } from "effect"
 import type { Scope } from "effect"
 import pg from "pg"
 import type { StoreEvent, StoredUser } from "../../domain/events.js"
@@ -37,6 +37,8 @@ import { loadUsersSql, recallSql, recalledFromRow, storedUserFromRow } from "./l
 import { fromStoredText, toStoredText } from "./storedText.js"
 import { toSafeInteger, toSafeIntegerOrNull } from "./bigints.js"
 import { makeUsageHistory } from "./usageHistory.js"
+import type { UsageRetention } from "./usageRetention.js"
+import { pruneUsagePeriods, usageRetentionIntervalMs } from "./usageRetention.js"
 import { makeLoadBatch } from "../LoadBatch.js"
 import { migrate } from "./migrate.js"
 import { ensureSettings } from "./settings.js"
@@ -414,6 +416,8 @@ export interface PostgresStoreLayerOptions {
   readonly idleInTransactionMs?: number
   /** Client-side wait for a statement's answer (default storeQueryTimeoutMs); tests shorten it. */
   readonly queryTimeoutMs?: number
+  /** Delete the usage of periods older than kept (revision 1.3); absent: keep every period. */
+  readonly usageRetention?: UsageRetention
   readonly metrics?: MetricsRecorder
   readonly outboxCounts?: OutboxCounts
   readonly recordEvents?: boolean
@@ -505,6 +509,16 @@ export const postgresStoreLayer = (
           ? {}
           : { eventsPerCommitMax: options.eventsPerCommitMax })
       })
+      const retention = options.usageRetention
+      if (retention !== undefined) {
+        // A failed sweep is tried again at the next interval; nothing waits for it.
+        const sweep = Effect.flatMap(Clock.currentTimeMillis, (now) =>
+          Effect.ignore(pruneUsagePeriods(pool, schema, retention, now))
+        )
+        yield* Effect.forkScoped(
+          Effect.forever(Effect.andThen(sweep, Effect.sleep(usageRetentionIntervalMs)))
+        )
+      }
       return Context.make(Store, store as StoreShape).pipe(
         Context.add(Outbox, makePostgresOutbox(pool, schema, stored.createdAt))
       )
