@@ -10,14 +10,20 @@ alter table events_outbox add constraint events_outbox_kind_check
 -- the text itself, or, behind the U+FFFF marker, the text with `\\` -> `\` and `\0` -> U+0000 undone.
 -- `list_usage` orders users by these bytes (PROTOCOL.md), which for an escaped identifier differ from
 -- its stored text's. Only escaped texts (almost none) take the loop.
-create function identifier_bytes_escaped(stored text) returns bytea
+-- One plpgsql function with no call to another: an index expression is evaluated with whatever
+-- search_path the writing session has, so it must not look a name up.
+create function identifier_bytes(stored text) returns bytea
   language plpgsql immutable strict parallel safe as $$
 declare
   bytes bytea := '';
   position integer := 2;
-  length integer := char_length(stored);
+  length integer;
   character text;
 begin
+  if left(stored, 1) <> U&'\FFFF' then
+    return convert_to(stored, 'UTF8');
+  end if;
+  length := char_length(stored);
   while position <= length loop
     character := substr(stored, position, 1);
     if character = '\' and position < length then
@@ -31,12 +37,6 @@ begin
   end loop;
   return bytes;
 end
-$$;
-
-create function identifier_bytes(stored text) returns bytea
-  language sql immutable strict parallel safe as $$
-  select case when left(stored, 1) = U&'\FFFF' then identifier_bytes_escaped(stored)
-              else convert_to(stored, 'UTF8') end
 $$;
 
 -- fnv1a32 of bytes (src/domain/partition.ts), to give the rows written before this migration their
