@@ -87,12 +87,14 @@ export const databaseTarget = (settings: Settings, logger: Logger) =>
 
 export const storeLayerFor = (
   settings: Settings,
+  config: Config,
   target: DatabaseTarget,
   fence?: Fence,
   metrics?: MetricsRecorder,
   outboxCounts?: OutboxCounts
 ) =>
   postgresStoreLayer({
+    usageRetention: { meters: config.meters, periodsKept: settings.usagePeriodsKept },
     connectionString: target.connectionString,
     prefix: settings.prefix,
     partitions: settings.partitions,
@@ -132,7 +134,8 @@ export const coordinatorLayerFor = (
       ? {}
       : {
           ownedPartitions: () => [...ownership.epochs.keys()],
-          servingEpoch: (user: string) => ownership.servingEpoch(partitionOf(user, partitions))
+          servingEpoch: (user: string) => ownership.servingEpoch(partitionOf(user, partitions)),
+          servesPartition: (partition: number) => ownership.servingEpoch(partition) !== undefined
         }),
     onError: (user, message, cause) => logger.error({ user, err: cause }, message),
     onClockStepBack: (latestMs, readMs) =>
@@ -146,7 +149,11 @@ export const coordinatorLayerFor = (
 export const loadSettingsAndConfig = (env: NodeJS.ProcessEnv) =>
   Effect.gen(function* () {
     const settings = yield* readSettings(env)
-    const config = yield* loadConfig(settings.configPath, settings.fairness, settings.clockOffsetMaxMs)
+    const loaded = yield* loadConfig(settings.configPath, settings.fairness, settings.clockOffsetMaxMs)
+    const config: Config = {
+      ...loaded,
+      usageRecordedEvents: settings.events.enabled && settings.events.usageRecorded
+    }
     return { settings, config }
   })
 
@@ -165,6 +172,7 @@ export const serveLayers = (
 ) => {
   const store: Layer.Layer<Store | Outbox, unknown> = storeLayerFor(
     settings,
+    config,
     target,
     ownership?.fence,
     metrics,
