@@ -39,7 +39,9 @@ export const leaseMs = 6_000
 export interface FaultTimes {
   readonly faultAt: number
   readonly writableAt: number
-  /** Anything the fault wants in the report (e.g. when Patroni promoted, which node leads). */
+  /** When the standby was seen promoted (Patroni named a new leader), where the fault knows it. */
+  readonly promotedAt?: number
+  /** Anything the fault wants in the report (e.g. which node leads). */
   readonly note?: string
 }
 
@@ -47,6 +49,10 @@ export interface FailoverFigures {
   /** From writableAt until the last partition answered `ok` again (the probe's resolution: ~100 ms). */
   readonly servedAgainMs: number
   readonly servedAgainPerPartition: ReadonlyMap<number, number>
+  /** From the promotion (FaultTimes.promotedAt) until the last partition answered `ok` again. */
+  readonly servedAfterPromotionMs: number | undefined
+  /** From the fault until every partition answered `ok` again (the client-side outage). */
+  readonly servedAfterFaultMs: number
   /** The longest any partition went without an `ok`, from the fault on. */
   readonly longestUnserved: Gap
   /** Commands the processes answered `unavailable` during the run (their quota_commands_total). */
@@ -220,6 +226,10 @@ export const runFailover = async (
       servedAgainPerPartition.set(partition, first === undefined ? Infinity : first - times.writableAt)
     }
     const servedAgainMs = Math.max(...servedAgainPerPartition.values())
+    const lastServedAt = times.writableAt + servedAgainMs
+    const servedAfterPromotionMs =
+      times.promotedAt === undefined ? undefined : lastServedAt - times.promotedAt
+    const servedAfterFaultMs = lastServedAt - times.faultAt
     const longestUnserved = longestGaps(oks, times.faultAt, stoppedAt).reduce((left, right) =>
       right.ms > left.ms ? right : left
     )
@@ -235,6 +245,8 @@ export const runFailover = async (
     const figures = {
       servedAgainMs,
       servedAgainPerPartition,
+      servedAfterPromotionMs,
+      servedAfterFaultMs,
       longestUnserved,
       unavailable,
       readyzSaid,
@@ -292,9 +304,16 @@ const freshProcessUsage = async (
 }
 
 const describeFigures = (figures: Omit<FailoverFigures, "summary">, times: FaultTimes): string =>
+  (times.promotedAt === undefined
+    ? ""
+    : `promoted ${times.promotedAt - times.faultAt} ms after the fault, `) +
   `writable primary at the address ${times.writableAt - times.faultAt} ms after the fault` +
   (times.note === undefined ? "" : ` (${times.note})`) +
-  `; every partition served again ${figures.servedAgainMs} ms after that ` +
+  `; every partition served again ${figures.servedAgainMs} ms after that (` +
+  (figures.servedAfterPromotionMs === undefined
+    ? ""
+    : `${figures.servedAfterPromotionMs} ms after the promotion, `) +
+  `${figures.servedAfterFaultMs} ms after the fault) ` +
   `(per partition: ${[...figures.servedAgainPerPartition].map(([p, ms]) => `${p}: ${ms}`).join(", ")}); ` +
   `longest unserved from the fault on ${figures.longestUnserved.ms} ms (partition ${figures.longestUnserved.partition}); ` +
   `${figures.unavailable} commands answered unavailable; /readyz said ${JSON.stringify(figures.readyzSaid)}; ` +
