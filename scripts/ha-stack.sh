@@ -242,22 +242,33 @@ up() {
   print_env
 }
 
-down() {
-  [ -d "${HA_DIR}/run" ] || return 0
-  # HAProxy first (the coordinators see the address go), then the Patronis (each stops its Postgres),
-  # then etcd. Each daemon runs in its own session: its process group is ended with it.
-  for name in haproxy pg2 pg1 etcd; do
+# Ends the daemons named (each runs in its own session: its process group goes with it), all at once:
+# SIGTERM, then SIGKILL whatever is left after 10 s.
+stop_daemons() {
+  local pids=()
+  for name in "$@"; do
     local pid_file="${HA_DIR}/run/${name}.pid"
     [ -f "$pid_file" ] || continue
-    local pid
-    pid=$(cat "$pid_file")
-    kill -TERM -- "-${pid}" 2>/dev/null || true
-    for _ in $(seq 1 100); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -KILL -- "-${pid}" 2>/dev/null || true
+    pids+=("$(cat "$pid_file")")
   done
+  [ "${#pids[@]}" -gt 0 ] || return 0
+  for pid in "${pids[@]}"; do kill -TERM -- "-${pid}" 2>/dev/null || true; done
+  for _ in $(seq 1 100); do
+    local alive=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
+  for pid in "${pids[@]}"; do kill -KILL -- "-${pid}" 2>/dev/null || true; done
+}
+
+down() {
+  [ -d "${HA_DIR}/run" ] || return 0
+  # HAProxy first (the coordinators see the address go), then both Patronis (each stops its Postgres),
+  # then etcd.
+  stop_daemons haproxy
+  stop_daemons pg1 pg2
+  stop_daemons etcd
   # A Postgres left behind by a killed Patroni (its own session is the Patroni's): by its pid file.
   for name in pg1 pg2; do
     local pid_file="${HA_DIR}/${name}/postmaster.pid"
