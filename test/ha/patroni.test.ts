@@ -18,6 +18,7 @@
  * Figures go to the log, and as one JSON line per run to HA_RESULTS_FILE when it is set
  * (scripts/ha-runs.sh collects them under test/ha/results/).
  */
+import { randomUUID } from "node:crypto"
 import { appendFile } from "node:fs/promises"
 import { connect } from "@nats-io/transport-node"
 import type { NatsConnection } from "@nats-io/transport-node"
@@ -34,8 +35,12 @@ import { haStackAvailable, startHaStack } from "./stack.js"
 /** Issue 29: every partition served again within 10 s of Patroni's promotion. */
 const servedAfterPromotionBoundMs = 10_000
 
-/** A database of the run's own on the stack (a database serves one prefix). */
-const createDatabase = async (stack: HaStack, name: string): Promise<string> => {
+/**
+ * A database of the run's own on the stack (a database serves one prefix), named afresh each time: a
+ * process left over from an earlier run on the same ports never finds it.
+ */
+const createDatabase = async (stack: HaStack, label: string): Promise<string> => {
+  const name = `qc_${label}_${randomUUID().replaceAll("-", "").slice(0, 8)}`
   const admin = new pg.Client({ connectionString: stack.url })
   await admin.connect()
   try {
@@ -126,7 +131,7 @@ describe.skipIf(!haStackAvailable())("a Patroni stack behind HAProxy, synchronou
         {
           nc,
           prefix: randomPrefix(label),
-          stableUrl: await createDatabase(stack, `qc_${label}_sync`),
+          stableUrl: await createDatabase(stack, label),
           label,
           seed: 29,
           fault: faultOf(stack, kind, candidate === "failed" ? failed : undefined)
@@ -154,7 +159,7 @@ describe.skipIf(!haStackAvailable())("a Patroni stack behind HAProxy, synchronou
       {
         nc,
         prefix: randomPrefix("haasync"),
-        stableUrl: await createDatabase(stack, "qc_haasync"),
+        stableUrl: await createDatabase(stack, "haasync"),
         label: "haasync",
         seed: 29,
         fault: faultOf(stack, "failover")
