@@ -102,6 +102,9 @@ const connectionFailureCodes: ReadonlySet<string> = new Set([
 /** `pg`'s words when a connection ends under it or its connect times out (it sets no code then). */
 const connectionFailureMessages = [/^Connection terminated/, /^timeout expired/, /connection timeout/i]
 
+/** How many causes deep connectionFailedIn looks (a StoreUnavailable over `pg`'s error is two). */
+const causeDepthMax = 4
+
 /**
  * Whether `cause` (or what it wraps, as a StoreUnavailable wraps `pg`'s error) says the server could
  * not be reached, rather than that it answered with an error: /readyz says which.
@@ -109,7 +112,7 @@ const connectionFailureMessages = [/^Connection terminated/, /^timeout expired/,
 export const connectionFailedIn = (cause: unknown): boolean => {
   for (
     let current = cause, depth = 0;
-    depth < 4 && typeof current === "object" && current !== null;
+    depth < causeDepthMax && typeof current === "object" && current !== null;
     depth += 1
   ) {
     const { code, message } = current as { code?: unknown; message?: unknown }
