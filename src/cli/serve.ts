@@ -227,7 +227,16 @@ const startOwnership = (
         onMemberLockLost(reason)
       },
       () => {
+        const regained = ownership.memberLockLosses > 0
         ownership.memberLockHeld = true
+        // Held again (the server is back, or a failover reached a new primary): claim now, not at the
+        // next round up to a third of a lease away. The wake is a no-op before the loop has started.
+        if (regained)
+          logger.warn(
+            { owner: ownership.owner },
+            "the member lock is held again: claiming this process's share now"
+          )
+        ownership.wake()
       },
       // A member released partitions: the round that may claim them runs now, not at its next turn.
       { channel: partitionsReleasedChannel("quota"), onNotified: () => ownership.wake() }
