@@ -130,6 +130,8 @@ const floorResult = (command: Command, now: number): Result => {
       return { status: "ok", plan: "", meters: [], slots: { limit: null, held: 0, jobs: [], waiting: 0 } }
     case "list_holds":
       return { status: "ok", holds: [], more: false }
+    case "usage_history":
+      return { status: "ok", history: [] }
     case "set_plan":
     case "set_limit":
     case "tick":
@@ -139,7 +141,10 @@ const floorResult = (command: Command, now: number): Result => {
 
 /** Commands that change nothing in the coordinator's store either: answered at once, not appended. */
 const isRead = (command: Command): boolean =>
-  command.op === "get_usage" || command.op === "list_holds" || command.op === "tick"
+  command.op === "get_usage" ||
+  command.op === "list_holds" ||
+  command.op === "usage_history" ||
+  command.op === "tick"
 
 interface Pending {
   readonly command: Command
@@ -235,6 +240,8 @@ const floorCoordinator = Effect.gen(function* () {
     submit,
     submitAll: (commands) => Effect.forEach(commands, submit, { concurrency: "unbounded" }),
     enqueue,
+    // Billing's partition reads are no part of the bench's workloads.
+    listUsage: (_command, reply) => reply({ status: "ok", usage: [], more: false }),
     sweepOnce: Effect.succeed(0),
     residentActors: () => 0,
     slotWaiters: () => 0,
