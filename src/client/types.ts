@@ -113,6 +113,81 @@ export interface SetLimitInput extends WithRef {
   readonly limit: number | null
 }
 
+/**
+ * `usage_history` (revision 1.3, `.admin`): a user's `used` per past period, newest first. The user is
+ * the method's first argument.
+ */
+export interface UsageHistoryOptions extends WithRef {
+  /** One meter whose period is `month` or `day` (else `invalid_request`); default every such meter. */
+  readonly meter?: string
+  /** How many calendar periods back, the current one counted: 1 to 36, default 12. */
+  readonly periods?: number
+}
+
+/**
+ * `list_usage` (revision 1.3), sent to one partition's `.admin` subject with no user: every user of the
+ * partition whose `used` in one period is above 0, by the users' UTF-8 bytes. The partition is the
+ * method's first argument.
+ */
+export interface ListUsageOptions extends WithRef {
+  readonly meter: string
+  /**
+   * The start (ms, UTC) of one of the meter's periods, not later than the current one: required for a
+   * `month` or `day` meter, absent for a `none` meter (whose current value is listed).
+   */
+  readonly periodStart?: number
+  /** List the users after this one (1 to 256 bytes): the last user of the previous page. */
+  readonly after?: string
+  /** At most this many users: 1 to 1 000, default 1 000. */
+  readonly limit?: number
+}
+
+/** `usagePages`: the same as `list_usage` for every partition, paged until each answers `more: false`. */
+export type UsagePagesOptions = Omit<ListUsageOptions, "after">
+
+/** One period of a meter in a `usage_history` result. */
+export interface PeriodUsage {
+  /** The period's start (ms, UTC). */
+  readonly periodStart: number
+  readonly used: number
+}
+
+/** One meter's history: the current period always (`used` 0 if none), earlier ones only if used. */
+export interface MeterHistory {
+  readonly meter: string
+  readonly period: "month" | "day"
+  /** Newest first. */
+  readonly periods: ReadonlyArray<PeriodUsage>
+}
+
+export interface UsageHistoryOk {
+  readonly status: "ok"
+  /** One entry per meter, in the configuration's order. */
+  readonly history: ReadonlyArray<MeterHistory>
+}
+
+/** One user in a `list_usage` result. */
+export interface UserUsage {
+  readonly user: string
+  readonly used: number
+}
+
+export interface UsageListOk {
+  readonly status: "ok"
+  /** Ordered by the users' UTF-8 bytes, at most `limit` of them. */
+  readonly usage: ReadonlyArray<UserUsage>
+  /** More users follow: ask again with `after` set to the last user of `usage`. */
+  readonly more: boolean
+}
+
+/** One page of `usagePages`: a `list_usage` answer of `partition`. */
+export interface UsagePage {
+  readonly partition: number
+  readonly usage: ReadonlyArray<UserUsage>
+  /** This partition has more pages after this one. */
+  readonly more: boolean
+}
+
 /** A result as it comes off the wire: with the command's `ref` when it carried one. */
 export type Echoed<R> = R & { readonly ref?: string }
 
@@ -131,6 +206,9 @@ export type GetUsageResult = Echoed<UsageResult | CommandRejected>
 export type ListHoldsResult = Echoed<HoldListResult | CommandRejected>
 export type SetPlanResult = Echoed<OkResult | UnknownPlanResult | CommandRejected>
 export type SetLimitResult = Echoed<OkResult | UnknownMeterResult | CommandRejected>
+export type UsageHistoryResult = Echoed<UsageHistoryOk | UnknownMeterResult | CommandRejected>
+/** No user, so no `wrong_partition`: the subject names the partition. */
+export type ListUsageResult = Echoed<UsageListOk | UnknownMeterResult | InvalidRequestResult>
 
 /** A hold that `withHold` runs work under (`reserve` answered `reserved` or `exists`). */
 export type GrantedHold = Echoed<HoldResult>
