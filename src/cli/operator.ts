@@ -279,16 +279,19 @@ export const runReport = async (
       io.stderr(`${clearLine}report: partition ${partition + 1} of ${client.partitions}, ${users} users`)
   }
   try {
-    if (request.format === "csv") await io.stdout(reportCsvHeader)
+    // The header goes with the first answer: a refused report (unknown_meter) writes nothing to stdout.
+    let header = request.format === "csv" ? reportCsvHeader : ""
     const pages = client.usagePages({
       meter: request.meter,
       ...(request.periodStart === null ? {} : { periodStart: request.periodStart })
     })
     for await (const page of pages) {
-      if (page.usage.length > 0)
+      if (page.usage.length > 0 || header !== "")
         await io.stdout(
-          reportLines(request.format, request.meter, request.periodStart, page.usage, io.stdoutIsTerminal)
+          header +
+            reportLines(request.format, request.meter, request.periodStart, page.usage, io.stdoutIsTerminal)
         )
+      header = ""
       users += page.usage.length
       progress(page.partition)
     }

@@ -57,7 +57,7 @@ import type {
   SetPlanResult,
   SlotCommandResult,
   UsageHistoryOptions,
-  UsageHistoryResult,
+  UsageHistoryCommandResult,
   UsagePage,
   UsagePagesOptions
 } from "./types.js"
@@ -159,7 +159,7 @@ export interface QuotaClientEffects {
   readonly usageHistory: (
     user: string,
     options?: UsageHistoryOptions
-  ) => Effect.Effect<UsageHistoryResult, QuotaClientError>
+  ) => Effect.Effect<UsageHistoryCommandResult, QuotaClientError>
   readonly listUsage: (
     partition: number,
     options: ListUsageOptions
@@ -362,8 +362,8 @@ export class QuotaClient {
    * Administration (revision 1.3): the user's `used` per period of each `month` or `day` meter (or of
    * `options.meter`), newest first, the current period always.
    */
-  usageHistory(user: string, options: UsageHistoryOptions = {}): Promise<UsageHistoryResult> {
-    return this.send<UsageHistoryResult>("admin", { ...options, user, op: "usage_history" })
+  usageHistory(user: string, options: UsageHistoryOptions = {}): Promise<UsageHistoryCommandResult> {
+    return this.send<UsageHistoryCommandResult>("admin", { ...options, user, op: "usage_history" })
   }
 
   /**

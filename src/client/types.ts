@@ -206,7 +206,7 @@ export type GetUsageResult = Echoed<UsageResult | CommandRejected>
 export type ListHoldsResult = Echoed<HoldListResult | CommandRejected>
 export type SetPlanResult = Echoed<OkResult | UnknownPlanResult | CommandRejected>
 export type SetLimitResult = Echoed<OkResult | UnknownMeterResult | CommandRejected>
-export type UsageHistoryResult = Echoed<UsageHistoryOk | UnknownMeterResult | CommandRejected>
+export type UsageHistoryCommandResult = Echoed<UsageHistoryOk | UnknownMeterResult | CommandRejected>
 /** No user, so no `wrong_partition`: the subject names the partition. */
 export type ListUsageResult = Echoed<UsageListOk | UnknownMeterResult | InvalidRequestResult>
 

@@ -207,6 +207,15 @@ const pagesOf = (partition: number, command: Command): Answer => {
 }
 
 describe("quota-coordinator report against a stand-in coordinator", () => {
+  it("writes the CSV header alone when no user has usage", async () => {
+    answerList = () => ({ status: "ok", usage: [], more: false })
+    expect(await report(["tokens", "2026-10"])).toEqual({
+      code: 0,
+      stdout: "user,meter,periodStart,used\r\n",
+      stderr: ""
+    })
+  })
+
   it("writes the CSV header and every partition's users, paged, with exit 0 and nothing on stderr", async () => {
     answerList = pagesOf
     const before = fake.received.length
@@ -285,11 +294,11 @@ describe("quota-coordinator report against a stand-in coordinator", () => {
     )
   })
 
-  it("exits 1 on unknown_meter, naming the meter, with nothing but the header written", async () => {
+  it("exits 1 on unknown_meter, naming the meter, with nothing written to stdout", async () => {
     answerList = () => ({ status: "unknown_meter" })
     const ran = await report(["nope", "2026-10"])
     expect(ran.code).toBe(1)
-    expect(ran.stdout).toBe("user,meter,periodStart,used\r\n")
+    expect(ran.stdout).toBe("")
     expect(ran.stderr).toBe(
       'unknown_meter: the coordinator\'s configuration has no meter "nope" (partition 0)\n'
     )
