@@ -205,11 +205,11 @@ seed's race with real concurrency next to what the seed's system did, then runs 
   report: {
     summary:
       "every user's usage of a meter in one period, from every partition (list_usage), as CSV or JSON lines",
-    help: `Usage: quota-coordinator report METER [PERIOD] [--format csv|jsonl]
+    help: `Usage: quota-coordinator report METER [PERIOD] [--format csv|jsonl] [--page-size N]
 
 Writes every user's used of METER in one period, from every partition's list_usage (partitions 0 to
 QUOTA_PARTITIONS - 1, users by their UTF-8 bytes), to stdout page by page: memory holds one page of
-at most 1000 users, however many there are. Only users whose used is above 0 are listed. A period's
+at most --page-size users, however many there are. Only users whose used is above 0 are listed. A period's
 figures are final once it has ended: run it after the period, for billing.
 
 PERIOD, which must be one of the meter's periods:
@@ -222,6 +222,7 @@ PERIOD, which must be one of the meter's periods:
                 (2026-10-01), empty for a none meter
 --format jsonl  one {"user","meter","periodStart","used"} object per line; periodStart in ms since the
                 epoch as events carry it (null for a none meter)
+--page-size N   users per list_usage request, 1 to 1000 (default 1000): smaller replies, more requests
 
 On a terminal, stderr shows a progress line, and users shown on stdout have their control characters
 escaped; redirected, the output is exactly the coordinator's values.
@@ -230,9 +231,12 @@ Sent over NATS with the settings serve uses (NATS_URL, QUOTA_PREFIX, QUOTA_PARTI
 Exit codes: 0 every partition listed, 1 refused by the coordinator (unknown_meter), 2 usage or
 connection error (invalid_request: PERIOD is not one of the meter's periods). After a non-zero exit
 the output is incomplete.`,
-    options: { format: { type: "string" } },
+    options: { format: { type: "string" }, "page-size": { type: "string" } },
     run: async (positionals, values, io) => {
-      const request = reportRequest(positionals, { format: values["format"] as string | undefined })
+      const request = reportRequest(positionals, {
+        format: values["format"] as string | undefined,
+        pageSize: values["page-size"] as string | undefined
+      })
       return await runReport(await operatorClient(io), request, {
         stdout: io.stdout,
         stderr: io.stderr,

@@ -37,12 +37,13 @@ export interface OperatorRequest {
 
 const holdStates = ["pending", "closed", "all"] as const
 
-const parseLimit = (text: string | undefined): number | undefined => {
+const parseLimit = (text: string | undefined, option = "--limit"): number | undefined => {
   if (text === undefined) return undefined
   const limit = /^\d+$/.test(text) ? Number(text) : NaN
+  // list_holds' and list_usage's limits are both 1 to 1 000 (PROTOCOL.md).
   if (!Number.isSafeInteger(limit) || limit < 1 || limit > holdListLimitMax)
     throw new UsageError(
-      `--limit must be an integer from 1 to ${holdListLimitMax}, got ${JSON.stringify(text)}`
+      `${option} must be an integer from 1 to ${holdListLimitMax}, got ${JSON.stringify(text)}`
     )
   return limit
 }
@@ -197,6 +198,8 @@ export interface ReportRequest {
   /** The period's start (ms, UTC); null for a `none` meter (PERIOD `-` or omitted). */
   readonly periodStart: number | null
   readonly format: ReportFormat
+  /** Users per `list_usage` page (1 to 1 000); undefined: the coordinator's default, 1 000. */
+  readonly pageSize: number | undefined
 }
 
 const reportFormats: ReadonlyArray<ReportFormat> = ["csv", "jsonl"]
@@ -229,7 +232,7 @@ export const parsePeriod = (text: string | undefined): number | null => {
 /** Builds `report`'s request from its positionals and options; throws UsageError. */
 export const reportRequest = (
   args: ReadonlyArray<string>,
-  options: { readonly format?: string | undefined }
+  options: { readonly format?: string | undefined; readonly pageSize?: string | undefined }
 ): ReportRequest => {
   if (args.length === 0) throw new UsageError("missing METER")
   if (args.length > 2) throw new UsageError(`unexpected argument ${JSON.stringify(args[2])}`)
@@ -239,7 +242,12 @@ export const reportRequest = (
   const format = options.format ?? "csv"
   if (!(reportFormats as ReadonlyArray<string>).includes(format))
     throw new UsageError(`--format must be csv or jsonl, got ${JSON.stringify(format)}`)
-  return { meter, periodStart: parsePeriod(period), format: format as ReportFormat }
+  return {
+    meter,
+    periodStart: parsePeriod(period),
+    format: format as ReportFormat,
+    pageSize: parseLimit(options.pageSize, "--page-size")
+  }
 }
 
 /** Where `report` writes: rows to `stdout` (awaited, so a slow reader holds the walk back), the rest to `stderr`. */
@@ -283,7 +291,8 @@ export const runReport = async (
     let header = request.format === "csv" ? reportCsvHeader : ""
     const pages = client.usagePages({
       meter: request.meter,
-      ...(request.periodStart === null ? {} : { periodStart: request.periodStart })
+      ...(request.periodStart === null ? {} : { periodStart: request.periodStart }),
+      ...(request.pageSize === undefined ? {} : { limit: request.pageSize })
     })
     for await (const page of pages) {
       if (page.usage.length > 0 || header !== "")

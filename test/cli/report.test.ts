@@ -86,13 +86,19 @@ describe("report's arguments", () => {
     expect(reportRequest(["tokens", "2026-10"], {})).toEqual({
       meter: "tokens",
       periodStart: Date.UTC(2026, 9, 1),
-      format: "csv"
+      format: "csv",
+      pageSize: undefined
     })
-    expect(reportRequest(["storage_bytes"], { format: "jsonl" })).toEqual({
+    expect(reportRequest(["storage_bytes"], { format: "jsonl", pageSize: "1000" })).toEqual({
       meter: "storage_bytes",
       periodStart: null,
-      format: "jsonl"
+      format: "jsonl",
+      pageSize: 1000
     })
+    for (const bad of ["0", "1001", "-1", "2.5", "x"])
+      expect(() => reportRequest(["tokens"], { pageSize: bad }), bad).toThrow(
+        `--page-size must be an integer from 1 to 1000, got ${JSON.stringify(bad)}`
+      )
     expect(() => reportRequest([], {})).toThrow(new UsageError("missing METER"))
     expect(() => reportRequest(["tokens", "2026-10", "x"], {})).toThrow(/unexpected argument "x"/)
     expect(() => reportRequest(["Tokens"], {})).toThrow(/METER must match/)
@@ -239,7 +245,7 @@ describe("quota-coordinator report against a stand-in coordinator", () => {
   it("writes JSON lines with --format jsonl; a none meter's report sends no periodStart", async () => {
     answerList = pagesOf
     const before = fake.received.length
-    const ran = await report(["storage_bytes", "-", "--format", "jsonl"])
+    const ran = await report(["storage_bytes", "-", "--format", "jsonl", "--page-size", "2"])
     expect(ran.code).toBe(0)
     expect(
       ran.stdout
@@ -252,7 +258,7 @@ describe("quota-coordinator report against a stand-in coordinator", () => {
       { user: "ümlaut", meter: "storage_bytes", periodStart: null, used: 30 },
       { user: "日本", meter: "storage_bytes", periodStart: null, used: 40 }
     ])
-    expect(fake.commandsReceived()[before]).toEqual({ op: "list_usage", meter: "storage_bytes" })
+    expect(fake.commandsReceived()[before]).toEqual({ op: "list_usage", meter: "storage_bytes", limit: 2 })
   })
 
   it("waits for a slow reader: no next page is asked for while a write is pending", async () => {
