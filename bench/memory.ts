@@ -64,6 +64,8 @@ const discardingStore: StoreShape = {
   write: () => Effect.void,
   recall: () => Effect.succeed({ holds: [], adjustments: [] }),
   usersWithExpiries: () => Effect.succeed([]),
+  pastUsage: () => Effect.succeed([]),
+  listUsage: () => Effect.succeed({ usage: [], more: false }),
   ping: Effect.void
 }
 const discardingStoreLayer = Layer.succeed(Store, discardingStore)

@@ -2,7 +2,8 @@
  * `npm run bench` (`tsx bench/run.ts`): the same workloads at the same concurrency against the
  * coordinator (through its SDK and one command per NATS message) and the seeds' designs rebuilt as
  * baselines (004: Postgres FOR UPDATE function; 003: Redis Lua; 000: check-then-insert without a lock),
- * with the NATS echo and bare Postgres insert ceilings measured in the same run. Writes
+ * and issue 27's floor (floorServer.ts: the coordinator's path without the decision, through the same
+ * SDK), with the NATS echo and bare Postgres insert ceilings measured in the same run. Writes
  * bench/results/<date>-<quick|full>.md and .svg; progress on stderr.
  *
  * After the closed-loop levels of a workload, the coordinator's targets and seeds 004 and 003 are
@@ -10,7 +11,7 @@
  * peak" measured at a rate, not at a concurrency.
  *
  * Options: --quick (about a minute), --levels 1,16 (concurrency), --measure-ms N, --warmup-ms N,
- * --targets seed004,seed003,seed000,coord-msg,coord-sdk, --workloads uniform,hot-granted,hot,mix,
+ * --targets seed004,seed003,seed000,coord-msg,coord-sdk,floor, --workloads uniform,hot-granted,hot,mix,
  * --no-ceilings, --no-half-peak, --half-peak-workloads (default: all; --quick: uniform),
  * --out DIR (where to write the results; default bench/results).
  */
@@ -25,18 +26,23 @@ import { measureInsertCeiling } from "./ceilings.js"
 import { measureFloors } from "./floors.js"
 import type { SessionPlan } from "./lib/driver.js"
 import { runWorkload } from "./lib/driver.js"
+import type { ServerProcesses } from "./lib/cpu.js"
 import { formatCpu } from "./lib/cpu.js"
+import { floorTarget } from "./lib/goals.js"
 import { machineInfo } from "./lib/machine.js"
 import { runAtRate } from "./lib/openLoop.js"
 import { makeProgress } from "./lib/progress.js"
 import { renderMarkdown, renderSvg } from "./lib/report.js"
 import type { FloorRun, HalfPeakRun, InsertCeiling, Report, RunResult, TargetInfo } from "./lib/results.js"
 import { bestRun, cyclesPerSecond } from "./lib/results.js"
+import { makeWalMeter } from "./lib/wal.js"
 import type { Workload } from "./lib/workloads.js"
 import { isWorkloadKey, makeWorkload, workloadKeys } from "./lib/workloads.js"
 import type { CoordinatorProcess } from "./targets/coordinatorProcess.js"
 import { startCoordinator } from "./targets/coordinatorProcess.js"
 import { startEchoProcess } from "./targets/echoProcess.js"
+import type { FloorProcess } from "./targets/floorProcess.js"
+import { startFloor } from "./targets/floorProcess.js"
 import { makeNatsTarget, natsUrl } from "./targets/natsTarget.js"
 import { createDatabase, databaseUrl, makePool, serverUrl } from "./targets/pgCommon.js"
 import { makeSeed000Target } from "./targets/seed000Postgres.js"
@@ -46,7 +52,7 @@ import type { Target } from "./targets/Target.js"
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..")
 const coordinatorKeys = ["coord-sdk", "coord-msg"]
-const allTargetKeys = ["coord-sdk", "coord-msg", "seed004", "seed003", "seed000"]
+const allTargetKeys = ["coord-sdk", "coord-msg", floorTarget, "seed004", "seed003", "seed000"]
 /** Open-loop phase: the coordinator's targets, and the two designs it is measured against for context. */
 const halfPeakTargetKeys = [...coordinatorKeys, "seed004", "seed003"]
 /** Open-loop phase: offered rate ÷ the target's closed-loop peak (the issue's "half of peak"). */
@@ -195,6 +201,19 @@ const main = async () => {
       })
     )
   }
+  let floor: FloorProcess | undefined
+  await add(floorTarget, async () => {
+    const started = await startFloor(root, namespace, coordinator?.partitions ?? 64)
+    cleanups.push(started.stop)
+    floor = started
+    const { makeSdkTarget } = await import("./targets/sdkTarget.js")
+    return makeSdkTarget(started.prefix, started.partitions, {
+      key: floorTarget,
+      label: "floor: decode, append, reply (SDK, batched)",
+      server:
+        "Issue 27's floor (bench/floorServer.ts), in its own process on its own database: the coordinator's NATS edge (subjects, queue group, decoding, replies), its group commit, per group one pipelined transaction of the coordinator's epoch fence and one appended row per partition touched (the commands as bytea); every command answered with its op's success status, decided by nothing (no limits: in hot it grants what the coordinator refuses)."
+    })
+  })
   const baselineDatabase = `bench_${namespace}`
   cleanups.push(await createDatabase(baselineDatabase))
   const baselineUrl = databaseUrl(baselineDatabase)
@@ -203,7 +222,8 @@ const main = async () => {
   await add("seed000", () => makeSeed000Target(baselineUrl))
   services.push(
     "Redis (version and persistence in seed 003's note)",
-    `coordinator: ${coordinator === undefined ? "not running" : `quota-coordinator serve, pid ${coordinator.pid}, prefix ${coordinator.prefix}, database ${coordinator.database}`}`
+    `coordinator: ${coordinator === undefined ? "not running" : `quota-coordinator serve, pid ${coordinator.pid}, prefix ${coordinator.prefix}, database ${coordinator.database}`}`,
+    `floor: ${floor === undefined ? "not running" : `bench/floorServer.ts, pid ${floor.pid}, prefix ${floor.prefix}, database ${floor.database}`}`
   )
 
   const workloads: Array<Workload> = workloadKeys
@@ -225,6 +245,14 @@ const main = async () => {
   let runIndex = 0
   const coordinatorServer =
     coordinator === undefined ? undefined : { pids: [coordinator.pid], label: "coord" }
+  const floorServer: ServerProcesses | undefined =
+    floor === undefined ? undefined : { pids: [floor.pid], label: "floor" }
+  /** The process whose CPU a target's run reports apart: the floor's for the floor, else the coordinator's. */
+  const serverOf = (target: Target) => (target.key === floorTarget ? floorServer : coordinatorServer)
+  // One connection reads the server's WAL position around every measured window.
+  const walPool = makePool(serverUrl, 1)
+  cleanups.push(() => walPool.end())
+  const wal = makeWalMeter(walPool)
   /** What every run of the bench shares; each gets its own tag. */
   const sessionPlan = (workload: Workload, server: SessionPlan["server"]): SessionPlan => {
     runIndex += 1
@@ -234,6 +262,7 @@ const main = async () => {
       measureMs,
       runTag: `${namespace}r${runIndex}`,
       drainMsMax: 60_000,
+      wal,
       ...(server === undefined ? {} : { server })
     }
   }
@@ -248,7 +277,7 @@ const main = async () => {
         const label = `${workload.key} @${concurrency} ${target.key}`
         const run = await runWorkload(
           target,
-          { ...sessionPlan(workload, coordinatorServer), concurrency },
+          { ...sessionPlan(workload, serverOf(target)), concurrency },
           (fraction) => progress.update(label, fraction)
         )
         runs.push(run)
@@ -268,7 +297,7 @@ const main = async () => {
       const run = await runAtRate(
         target,
         {
-          ...sessionPlan(workload, coordinatorServer),
+          ...sessionPlan(workload, serverOf(target)),
           cyclesPerSecond: rate,
           inFlightMax: halfPeakInFlightMax
         },

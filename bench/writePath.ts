@@ -42,11 +42,11 @@ import type { GroupQuery } from "../src/store/postgres/writeEvents.js"
 import {
   collapseEvents,
   groupQueries,
-  submitCorked,
   writeGroup,
   writeStatements
 } from "../src/store/postgres/writeEvents.js"
 import { processCpuMs } from "./lib/cpu.js"
+import { logAppendQueries, sendPipelined } from "./lib/logAppend.js"
 import { machineInfo } from "./lib/machine.js"
 import { makeRng } from "./lib/rng.js"
 
@@ -198,15 +198,6 @@ const runWriters = async (groups: ReadonlyArray<Group>, write: (group: Group) =>
   return { reserves, commits }
 }
 
-/** Sends a transaction's statements in one write, as writeGroup does; throws unless it committed. */
-const sendPipelined = async (client: pg.PoolClient, queries: ReadonlyArray<GroupQuery>) => {
-  const settled = await Promise.allSettled(submitCorked(client, queries))
-  const failure = settled.find((outcome) => outcome.status === "rejected")
-  if (failure !== undefined) throw failure.reason
-  const commit = settled[settled.length - 1]
-  if (commit?.status !== "fulfilled" || commit.value.command !== "COMMIT") throw new Error("not committed")
-}
-
 /** Every command landed: one hold per reserve written, one ledger row per commit. */
 const expectRows = async (schema: string, written: Written) => {
   const holds = Number(await queryOne(`select count(*) from "${schema}".holds`))
@@ -254,7 +245,7 @@ const logSchemaSql = (schema: string) => `
   end;
   $$;`
 
-/** begin, fence, one row per partition touched (`values ($1, $2, $3), ...`, named per row count), commit. */
+/** The log variant's append: its fence function on the epochs table, one row of JSON events per partition. */
 const appendQueries = (schema: string, events: ReadonlyArray<StoreEvent>): Array<GroupQuery> => {
   const byPartition = new Map<number, Array<StoreEvent>>()
   for (const event of events) {
@@ -263,26 +254,21 @@ const appendQueries = (schema: string, events: ReadonlyArray<StoreEvent>): Array
     if (list === undefined) byPartition.set(partition, [event])
     else list.push(event)
   }
-  const touched = [...byPartition.keys()].sort((left, right) => left - right)
-  const rows = touched.map((_, index) => `($${index * 3 + 1}, $${index * 3 + 2}, $${index * 3 + 3})`)
-  return [
-    { text: "begin", values: [] },
+  const rows = new Map<number, Uint8Array>()
+  for (const [partition, list] of byPartition) rows.set(partition, Buffer.from(JSON.stringify(list)))
+  return logAppendQueries(
     {
-      name: "log_fence",
-      text: `select "${schema}".assert_epochs($1::integer[], $2::bigint[], $3)`,
-      values: [touched, touched.map(() => epoch), owner]
+      fence: {
+        name: "log_fence",
+        text: `select "${schema}".assert_epochs($1::integer[], $2::bigint[], $3)`
+      },
+      table: `"${schema}".events_log`,
+      bytesColumn: "events",
+      owner,
+      epoch
     },
-    {
-      name: `log_append_${touched.length}`,
-      text: `insert into "${schema}".events_log (partition, epoch, events) values ${rows.join(", ")}`,
-      values: touched.flatMap((partition) => [
-        partition,
-        epoch,
-        Buffer.from(JSON.stringify(byPartition.get(partition)))
-      ])
-    },
-    { text: "commit", values: [] }
-  ]
+    rows
+  )
 }
 
 const runLog = async (schema: string, groups: ReadonlyArray<Group>): Promise<Run> => {

@@ -15,6 +15,7 @@ import type { RunResult } from "./results.js"
 import { makeRng } from "./rng.js"
 import { makeTally } from "./tally.js"
 import { makeTimelineRecorder } from "./timeline.js"
+import type { WalMeter } from "./wal.js"
 import type { CycleContext, RunStep, StepName, Workload } from "./workloads.js"
 
 /** What every run needs, closed or open loop. */
@@ -28,6 +29,8 @@ export interface SessionPlan {
   readonly drainMsMax: number
   /** The server process started for this run (coordinator, echo), whose CPU is reported apart. */
   readonly server?: ServerProcesses
+  /** Measures the WAL the window wrote (absent: not measured). */
+  readonly wal?: WalMeter
 }
 
 export interface RunPlan extends SessionPlan {
@@ -51,17 +54,20 @@ export interface RunSession {
   /** A context for worker (or lane) `index`: its own seeded rng and carried hold. */
   readonly contextFor: (index: number, step: RunStep) => CycleContext
   /** Waits out the warm-up, then measures for `measureMs`: the window's length and CPU shares. */
-  readonly runWindows: (
-    onTick: (fraction: number) => void
-  ) => Promise<{ readonly measuredMs: number; readonly cpu: CpuShares }>
+  readonly runWindows: (onTick: (fraction: number) => void) => Promise<MeasuredWindow>
   /** Waits for `settled` (the cycles in flight finishing) at most drainMsMax: true when it settled. */
   readonly drain: (settled: Promise<unknown>) => Promise<boolean>
-  readonly result: (run: {
-    readonly concurrency: number
-    readonly measuredMs: number
-    readonly cpu: CpuShares
-    readonly drainedCleanly: boolean
-  }) => RunResult
+  readonly result: (
+    run: MeasuredWindow & { readonly concurrency: number; readonly drainedCleanly: boolean }
+  ) => RunResult
+}
+
+/** What the measured window saw besides the requests. */
+export interface MeasuredWindow {
+  readonly measuredMs: number
+  readonly cpu: CpuShares
+  /** Undefined when the plan measured none (or reading the position failed). */
+  readonly walBytes: number | undefined
 }
 
 const noSteps = (): Record<StepName, number> => ({
@@ -123,6 +129,8 @@ export const startRunSession = (target: Target, plan: SessionPlan): RunSession =
     const total = plan.warmupMs + plan.measureMs
     const ticker = setInterval(() => onTick(Math.min(1, (performance.now() - started) / total)), 100)
     await sleep(plan.warmupMs)
+    // Read before the window opens: the round trip is not in it. A failed read loses the WAL figure only.
+    const walStop = await plan.wal?.start().catch(() => undefined)
     measuring = true
     const cpuMeter = startCpuMeter(plan.server)
     const measureStarted = performance.now()
@@ -130,8 +138,9 @@ export const startRunSession = (target: Target, plan: SessionPlan): RunSession =
     measuring = false
     const cpu = cpuMeter.stop()
     const measuredMs = performance.now() - measureStarted
+    const walBytes = await walStop?.().catch(() => undefined)
     clearInterval(ticker)
-    return { measuredMs, cpu }
+    return { measuredMs, cpu, walBytes }
   }
 
   return {
@@ -143,7 +152,7 @@ export const startRunSession = (target: Target, plan: SessionPlan): RunSession =
     contextFor,
     runWindows,
     drain: (settled) => Promise.race([settled.then(() => true), sleep(plan.drainMsMax).then(() => false)]),
-    result: ({ concurrency, measuredMs, cpu, drainedCleanly }) => {
+    result: ({ concurrency, measuredMs, cpu, walBytes, drainedCleanly }) => {
       const after = target.counters()
       const messages = after.messages - before.messages
       timeline.write({
@@ -170,6 +179,7 @@ export const startRunSession = (target: Target, plan: SessionPlan): RunSession =
         meanBatch: messages > 0 ? (after.requests - before.requests) / messages : 1,
         drainedCleanly,
         cpu,
+        walBytes,
         firstError: target.takeError()
       }
     }
@@ -194,8 +204,8 @@ export const runWorkload: Runner<RunPlan, RunResult> = async (target, plan, onTi
     while (!stopping) await session.runCycle(context)
   }
   const workers = Array.from({ length: plan.concurrency }, (_, index) => worker(index))
-  const { measuredMs, cpu } = await session.runWindows(onTick)
+  const window = await session.runWindows(onTick)
   stopping = true
   const drainedCleanly = await session.drain(Promise.all(workers))
-  return session.result({ concurrency: plan.concurrency, measuredMs, cpu, drainedCleanly })
+  return session.result({ ...window, concurrency: plan.concurrency, drainedCleanly })
 }

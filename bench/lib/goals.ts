@@ -5,7 +5,16 @@
  */
 import { formatMs, formatRate } from "./format.js"
 import type { InsertCeiling, OpenLoopResult, Report, RunResult } from "./results.js"
-import { cyclesPerSecond, echoKeys, findRun, floorHeld, floorsOf, perSecond } from "./results.js"
+import {
+  cyclesPerSecond,
+  echoKeys,
+  findRun,
+  floorHeld,
+  floorsOf,
+  perSecond,
+  postgresMicrosPerCycle,
+  walBytesPerCycle
+} from "./results.js"
 import type { StepName, WorkloadKey } from "./workloads.js"
 
 /** The coordinator's target the throughput goals are set for. */
@@ -243,6 +252,90 @@ const latencyLines = (report: Report, labelOf: (key: string) => string): Array<s
   ]
 }
 
+/** Issue 27's floor (bench/floorServer.ts) through the SDK, as the coordinator's goal target is sent. */
+export const floorTarget = "floor"
+/** Issue 27: the coordinator's cycles/s at least the floor's divided by this. */
+const floorFactorMax = 1.2
+/** Issue 27: Postgres CPU per uniform cycle, µs. */
+const postgresMicrosPerCycleMax = 20
+/** Issue 27: WAL per cycle, uniform and hot, bytes. */
+const walBytesPerCycleMax = 500
+
+const perCycleCell = (coordinator: number | undefined, floor: number | undefined, digits: number) =>
+  `${coordinator === undefined ? "n/a" : coordinator.toFixed(digits)} / ${floor === undefined ? "n/a" : floor.toFixed(digits)}`
+
+/** The verdict of the coordinator's run against the floor's at the same workload and concurrency. */
+const floorVerdict = (coordinator: RunResult, floor: RunResult): string => {
+  if (refusalWorkloads.has(coordinator.workload))
+    return "no verdict: the floor grants every reserve the coordinator refuses, and its cycles carry every command"
+  if (floor.errors > 0 || !floor.drainedCleanly)
+    return "no verdict: the floor's run had errors or did not drain"
+  const trouble = [
+    ...(coordinator.errors > 0 ? [`${coordinator.errors} errors`] : []),
+    ...(coordinator.overGrants > 0 ? [`${coordinator.overGrants} over-grants`] : []),
+    ...(coordinator.drainedCleanly ? [] : ["did not drain"])
+  ]
+  const met = floorFactorMax * cyclesPerSecond(coordinator) >= cyclesPerSecond(floor) && trouble.length === 0
+  return `${met ? "**met**" : "**not met**"}${trouble.length > 0 ? ` (${trouble.join(", ")})` : ""}`
+}
+
+const floorLines = (report: Report, labelOf: (key: string) => string): Array<string> => {
+  const pairs = report.workloads.flatMap((workload) =>
+    report.levels.flatMap((level) => {
+      const coordinator = findRun(report.runs, goalTarget, workload.key, level)
+      const floor = findRun(report.runs, floorTarget, workload.key, level)
+      return coordinator === undefined || floor === undefined ? [] : [{ coordinator, floor }]
+    })
+  )
+  if (pairs.length === 0)
+    return [
+      `Not measured: ${labelOf(goalTarget)} and ${labelOf(floorTarget)} did not both run a workload at one concurrency.`
+    ]
+  const highest = Math.max(...report.levels)
+  const at = (workload: WorkloadKey) =>
+    pairs.find((pair) => pair.coordinator.workload === workload && pair.coordinator.concurrency === highest)
+  const uniform = at("uniform")
+  const hot = at("hot")
+  const perCycleSentence = (
+    what: string,
+    pair: (typeof pairs)[number] | undefined,
+    value: (run: RunResult) => number | undefined,
+    max: number,
+    unit: string
+  ): Array<string> => {
+    if (pair === undefined) return []
+    const coordinator = value(pair.coordinator)
+    const floor = value(pair.floor)
+    if (coordinator === undefined) return [`- ${what} at ${highest}: not measured.`]
+    return [
+      `- ${what} at ${highest}: coordinator ${coordinator.toFixed(0)} ${unit}, ${coordinator <= max ? "**met**" : "**not met**"} (goal ${max} ${unit}); the floor ${floor === undefined ? "n/a" : `${floor.toFixed(0)} ${unit}`}.`
+    ]
+  }
+  return [
+    `Issue 27: ${labelOf(goalTarget)} within ${floorFactorMax}× of ${labelOf(floorTarget)} (bench/floorServer.ts: the coordinator's NATS edge and decoding, its group commit, one fenced transaction appending one row per partition per group, a reply of the right shape; no decision, no actor) at the same workload and concurrency, cycles/s against cycles/s; Postgres CPU per cycle (every Postgres process the bench counts, from /proc: goal ${postgresMicrosPerCycleMax} µs on uniform) and WAL per cycle (the server's WAL position before and after the window, so every database's writes count: goal ${walBytesPerCycleMax} B on uniform and hot) for both. On hot the floor grants what the coordinator refuses: no verdict there.`,
+    "",
+    "| workload | in flight | coordinator cycles/s | floor cycles/s | floor ÷ coordinator | verdict | Postgres CPU µs / cycle, coordinator / floor | WAL B / cycle, coordinator / floor |",
+    `|${" --- |".repeat(8)}`,
+    ...pairs.map(({ coordinator, floor }) => {
+      const ratio =
+        cyclesPerSecond(coordinator) > 0
+          ? `${(cyclesPerSecond(floor) / cyclesPerSecond(coordinator)).toFixed(2)}×`
+          : "n/a"
+      return `| ${coordinator.workload} | ${coordinator.concurrency} | ${formatRate(cyclesPerSecond(coordinator))} | ${formatRate(cyclesPerSecond(floor))} | ${ratio} | ${floorVerdict(coordinator, floor)} | ${perCycleCell(postgresMicrosPerCycle(coordinator), postgresMicrosPerCycle(floor), 1)} | ${perCycleCell(walBytesPerCycle(coordinator), walBytesPerCycle(floor), 0)} |`
+    }),
+    "",
+    ...perCycleSentence(
+      "Postgres CPU per uniform cycle",
+      uniform,
+      postgresMicrosPerCycle,
+      postgresMicrosPerCycleMax,
+      "µs"
+    ),
+    ...perCycleSentence("WAL per uniform cycle", uniform, walBytesPerCycle, walBytesPerCycleMax, "B"),
+    ...perCycleSentence("WAL per hot cycle", hot, walBytesPerCycle, walBytesPerCycleMax, "B")
+  ]
+}
+
 /** The "Goals against this run" section, as Markdown lines. */
 export const renderGoals = (report: Report, labelOf: (key: string) => string): Array<string> => [
   "## Goals against this run",
@@ -256,5 +349,9 @@ export const renderGoals = (report: Report, labelOf: (key: string) => string): A
   "### p99 at half of peak against the durable-echo floor",
   "",
   ...latencyLines(report, labelOf),
+  "",
+  "### Issue 27: the coordinator against its floor",
+  "",
+  ...floorLines(report, labelOf),
   ""
 ]

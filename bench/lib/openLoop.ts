@@ -118,14 +118,14 @@ export const runAtRate: Runner<RatePlan, OpenLoopResult> = async (target, plan, 
     }
   }
   const timer = setInterval(pump, arrivalTickMs)
-  const { measuredMs, cpu } = await session.runWindows(onTick)
+  const window = await session.runWindows(onTick)
   arriving = false
   clearInterval(timer)
   const settled = inFlight === 0 ? Promise.resolve() : new Promise<void>((resolve) => (onIdle = resolve))
   const drainedCleanly = await session.drain(settled)
   if (failure !== undefined) throw failure
   return {
-    ...session.result({ concurrency: inFlightPeak, measuredMs, cpu, drainedCleanly }),
+    ...session.result({ ...window, concurrency: inFlightPeak, drainedCleanly }),
     offeredPerSecond: plan.cyclesPerSecond,
     offered: counts.offered,
     dropped: counts.dropped,

@@ -7,7 +7,14 @@ import { formatCpu } from "./cpu.js"
 import { formatMs, formatRate, table } from "./format.js"
 import { renderGoals } from "./goals.js"
 import type { OpenLoopResult, Report, RunResult } from "./results.js"
-import { cyclesPerSecond, findRun, floorsOf, perSecond } from "./results.js"
+import {
+  cyclesPerSecond,
+  findRun,
+  floorsOf,
+  perSecond,
+  postgresMicrosPerCycle,
+  walBytesPerCycle
+} from "./results.js"
 import type { Workload } from "./workloads.js"
 
 const ratio = (numerator: RunResult | undefined, denominator: RunResult): string =>
@@ -156,6 +163,8 @@ const renderWorkload = (report: Report, workload: Workload, labelOf: (key: strin
         "over-grants",
         "batch",
         ...coordinators.map((key) => `${labelOf(key)} ÷ this`),
+        "Postgres CPU µs / cycle",
+        "WAL B / cycle",
         "CPU % while measured"
       ],
       runs.map((run) => [
@@ -176,6 +185,8 @@ const renderWorkload = (report: Report, workload: Workload, labelOf: (key: strin
             ? "—"
             : ratio(findRun(report.runs, key, workload.key, run.concurrency), run)
         ),
+        postgresMicrosPerCycle(run)?.toFixed(1) ?? "n/a",
+        walBytesPerCycle(run)?.toFixed(0) ?? "n/a",
         formatCpu(run.cpu, report.machine.cores)
       ])
     ),
@@ -264,7 +275,7 @@ export const renderMarkdown = (report: Report, chartFile: string): string => {
       ...target.notes.map((note) => `  - ${note}`)
     ]),
     "",
-    "Columns: *cycles/s* is the workload's unit of work (a job's whole life) per second, the comparable number; *req/s* counts requests actually sent (designs differ in how many a cycle needs); latencies are per request, in ms; *granted*/*refused*/*errors* count reserves and slot acquisitions in the measured window (errors: any request without a decision); *over-grants* counts grants that took the independent tally of granted amounts past the limit over the whole run (a floor: see bench/lib/tally.ts); *batch* is requests per NATS message; the last columns are the coordinator's cycles/s divided by the row's.",
+    "Columns: *cycles/s* is the workload's unit of work (a job's whole life) per second, the comparable number; *req/s* counts requests actually sent (designs differ in how many a cycle needs); latencies are per request, in ms; *granted*/*refused*/*errors* count reserves and slot acquisitions in the measured window (errors: any request without a decision); *over-grants* counts grants that took the independent tally of granted amounts past the limit over the whole run (a floor: see bench/lib/tally.ts); *batch* is requests per NATS message; then the coordinator's cycles/s divided by the row's; *Postgres CPU µs / cycle* is the CPU of every Postgres process the bench counts (its databases' backends and the server's own processes, from /proc) over the window's cycles; *WAL B / cycle* the server's WAL written during the window (every database's, other jobs' included) over its cycles.",
     ...report.workloads.flatMap((workload) => renderWorkload(report, workload, labelOf)),
     "",
     ...renderHalfPeak(report, labelOf),

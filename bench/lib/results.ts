@@ -32,6 +32,8 @@ export interface RunResult {
   readonly drainedCleanly: boolean
   /** CPU use during the measured window, by process group (see cpu.ts). */
   readonly cpu: CpuShares
+  /** WAL the whole Postgres server wrote during the window (wal.ts); undefined when not measured. */
+  readonly walBytes: number | undefined
   readonly firstError: string | undefined
 }
 
@@ -130,6 +132,17 @@ export interface Report {
 export const perSecond = (count: number, ms: number) => (ms > 0 ? (count * 1000) / ms : 0)
 
 export const cyclesPerSecond = (run: RunResult): number => perSecond(run.cycles, run.measuredMs)
+
+/**
+ * CPU time of every Postgres process the bench counts (its databases' backends and the server's own
+ * processes, cpu.ts) per cycle of the run, in µs; undefined when it completed no cycle.
+ */
+export const postgresMicrosPerCycle = (run: RunResult): number | undefined =>
+  run.cycles > 0 ? ((run.cpu.postgres / 100) * run.measuredMs * 1_000) / run.cycles : undefined
+
+/** WAL bytes per cycle of the run (cluster-wide, wal.ts); undefined when not measured or no cycle. */
+export const walBytesPerCycle = (run: RunResult): number | undefined =>
+  run.walBytes === undefined || run.cycles === 0 ? undefined : run.walBytes / run.cycles
 
 export const findRun = <Run extends RunResult>(
   runs: ReadonlyArray<Run>,

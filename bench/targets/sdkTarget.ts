@@ -1,6 +1,7 @@
 /**
  * The coordinator through its SDK (src/client/QuotaClient.ts): commands from concurrent callers are
  * coalesced per partition into batch messages, and `unavailable`/`overloaded`/timeouts are retried.
+ * The same client speaks to the floor (floorServer.ts), which answers on the same subjects.
  */
 import { QuotaClient } from "../../src/client/QuotaClient.js"
 import type { Result } from "../../src/domain/results.js"
@@ -8,7 +9,26 @@ import type { StepOutcome, Target } from "./Target.js"
 import { inChunks, makeErrorNote } from "./Target.js"
 import { natsUrl, outcomeOf, requestTimeoutMs } from "./natsTarget.js"
 
-export const makeSdkTarget = async (prefix: string, partitions: number): Promise<Target> => {
+/** Which server behind the prefix: the coordinator (default) or the floor. */
+export interface SdkTargetIdentity {
+  readonly key: string
+  readonly label: string
+  /** What answers, said in the report after the client's note. */
+  readonly server: string
+}
+
+const coordinatorIdentity: SdkTargetIdentity = {
+  key: "coord-sdk",
+  label: "coordinator, SDK (batched)",
+  server:
+    "The coordinator runs as `quota-coordinator serve` in its own process (Postgres store with group commit, on a database created for the bench run)."
+}
+
+export const makeSdkTarget = async (
+  prefix: string,
+  partitions: number,
+  identity: SdkTargetIdentity = coordinatorIdentity
+): Promise<Target> => {
   const client = await QuotaClient.connect({
     servers: natsUrl,
     prefix,
@@ -35,13 +55,13 @@ export const makeSdkTarget = async (prefix: string, partitions: number): Promise
     })
 
   return {
-    key: "coord-sdk",
-    label: "coordinator, SDK (batched)",
+    key: identity.key,
+    label: identity.label,
     durable: true,
     supportsSlots: true,
     notes: [
       "`QuotaClient` from src/client: concurrent commands coalesced per partition into one NATS message (microtask batching), retries on unavailable/overloaded/timeout.",
-      "The coordinator runs as `quota-coordinator serve` in its own process (Postgres store with group commit, on a database created for the bench run)."
+      identity.server
     ],
     prime: (users) => inChunks(users, 1_000, (user) => step("get_usage", () => client.getUsage({ user }))),
     reserve: (hold) =>

@@ -3,7 +3,7 @@
  * from the store), capping how many are resident, and sweeping expiries of users with no resident actor.
  */
 import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Random, Scope } from "effect"
-import type { Command } from "../domain/commands.js"
+import type { Command, ListUsageCommand } from "../domain/commands.js"
 import type { Config } from "../domain/config.js"
 import type { StoreEvent } from "../domain/events.js"
 import {
@@ -25,6 +25,7 @@ import { Store } from "../store/Store.js"
 import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
 import { Metrics, noMetrics } from "../ops/MetricsRecorder.js"
 import { reportingClockSteps } from "./clockSteps.js"
+import { makeListUsage } from "./listUsage.js"
 import { DeadlineHeap } from "./DeadlineHeap.js"
 import { RecencyList } from "./RecencyList.js"
 import type { ActorSettings, Envelope, Reply, UserActor } from "./UserActor.js"
@@ -44,6 +45,8 @@ export interface CoordinatorShape {
    * enqueue in order are decided in that order per user: this is how the transports serve a message.
    */
   readonly enqueue: (command: Command, reply: Reply) => void
+  /** Answers a `list_usage` (revision 1.3, a partition's, no actor): `reply` is called exactly once. */
+  readonly listUsage: (command: ListUsageCommand, reply: Reply) => void
   /** Sends an expiry tick to every user the store reports as due: the orphan sweep, once. Returns how many. */
   readonly sweepOnce: Effect.Effect<number>
   /** How many actors are resident now. */
@@ -93,6 +96,8 @@ export interface CoordinatorOptions {
    * not (see ActorSettings.servingEpoch). Default: always, under one epoch.
    */
   readonly servingEpoch?: (user: string) => number | undefined
+  /** Scaled out: whether this process serves the partition now (`list_usage`). Default: always. */
+  readonly servesPartition?: (partition: number) => boolean
   /** Partitions this process owns, for the orphan sweep; undefined sweeps every user (one process). */
   readonly ownedPartitions?: () => ReadonlyArray<number> | undefined
 }
@@ -406,6 +411,14 @@ export const makeCoordinator = (
       submit: (command) => Effect.map(awaitAll([command]), (results) => results[0]!),
       submitAll: awaitAll,
       enqueue,
+      listUsage: makeListUsage({
+        config: options.config,
+        store,
+        now: settings.now,
+        servesPartition: options.servesPartition ?? (() => true),
+        onError: (message, cause) => options.onError?.("", message, cause),
+        runFork: (effect) => void runFork(effect)
+      }),
       sweepOnce,
       residentActors: () => actors.size,
       slotWaiters: () => {

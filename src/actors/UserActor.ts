@@ -32,6 +32,7 @@ import {
 } from "../domain/state.js"
 import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
 import { failedWriteRetryDelayMs, recallIdsMax } from "../domain/limits.js"
+import { usageHistoryMeters } from "../domain/usageHistory.js"
 import { turnEndsAt } from "./turn.js"
 import type { StoreShape, StoreUnavailable } from "../store/Store.js"
 import { busyResult } from "../domain/slots.js"
@@ -41,7 +42,8 @@ import type { RecencyLinks, RecencyList } from "./RecencyList.js"
 export type Reply = (result: Result) => void
 
 export interface Envelope {
-  readonly command: Command
+  /** Replaced once, before its decision, by a `usage_history` carrying the past periods it read. */
+  command: Command
   readonly reply: Reply
   /** Set by the first answer: every later one (a parked waiter also in a failed group) is dropped. */
   answered: boolean
@@ -406,6 +408,40 @@ const reportWriteFailed = (
   )
 }
 
+/**
+ * Reads the past periods each `usage_history` of the group answers with (revision 1.3), into its
+ * command: the decision itself reads no store. False (reported) when the store failed.
+ */
+const readPastUsage = (
+  actor: UserActor,
+  envelopes: ReadonlyArray<Envelope>,
+  settings: ActorSettings
+): Effect.Effect<boolean> => {
+  if (!envelopes.some((envelope) => envelope.command.op === "usage_history")) return Effect.succeed(true)
+  return Effect.gen(function* () {
+    for (const envelope of envelopes) {
+      const command = envelope.command
+      if (command.op !== "usage_history") continue
+      const meters = usageHistoryMeters(settings.config, command)
+      if (!Array.isArray(meters)) continue
+      // One more than asked: the current period's row may be among the newest.
+      const read = yield* Effect.exit(
+        settings.store.pastUsage(
+          actor.user,
+          meters.map(({ meter }) => meter),
+          command.periods + 1
+        )
+      )
+      if (Exit.isFailure(read)) {
+        settings.onError(actor.user, "reading past usage failed", Cause.squash(read.cause))
+        return false
+      }
+      envelope.command = { ...command, past: read.value }
+    }
+    return true
+  })
+}
+
 const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<void> =>
   Effect.gen(function* () {
     let state = actor.state
@@ -438,7 +474,10 @@ const drainMailbox = (actor: UserActor, settings: ActorSettings): Effect.Effect<
       if (!decidesHere(actor, settings)) return closeActor(actor, settings, envelopes)
       // Ids memory no longer holds (a capped load, the cap) are asked of the store first: the retry
       // window holds through the store, not only through what this actor happens to remember.
-      if (!(yield* recallForgottenIds(actor, state, envelopes, settings))) {
+      if (
+        !(yield* recallForgottenIds(actor, state, envelopes, settings)) ||
+        !(yield* readPastUsage(actor, envelopes, settings))
+      ) {
         answerAll(envelopes, unavailable, settings, actor.user)
         continue
       }

@@ -161,7 +161,7 @@ const start = (env: NodeJS.ProcessEnv, scope: Scope.Scope, logStream: NodeJS.Wri
       wire = natsWire(probe)
       transport = `NATS at ${redactUrls(settings.nats.servers.join(","))}, subjects ${prefix}.v1.{0..${settings.partitions - 1}}.ops`
     } else {
-      const store = storeLayerFor(settings, target)
+      const store = storeLayerFor(settings, config, target)
       const coordinator = coordinatorLayerFor(config, logger, settings.partitions, undefined).pipe(
         Layer.provide(store)
       )

@@ -87,12 +87,14 @@ export const databaseTarget = (settings: Settings, logger: Logger) =>
 
 export const storeLayerFor = (
   settings: Settings,
+  config: Config,
   target: DatabaseTarget,
   fence?: Fence,
   metrics?: MetricsRecorder,
   outboxCounts?: OutboxCounts
 ) =>
   postgresStoreLayer({
+    usageRetention: { meters: config.meters, periodsKept: settings.usagePeriodsKept },
     connectionString: target.connectionString,
     prefix: settings.prefix,
     partitions: settings.partitions,
@@ -132,7 +134,8 @@ export const coordinatorLayerFor = (
       ? {}
       : {
           ownedPartitions: () => [...ownership.epochs.keys()],
-          servingEpoch: (user: string) => ownership.servingEpoch(partitionOf(user, partitions))
+          servingEpoch: (user: string) => ownership.servingEpoch(partitionOf(user, partitions)),
+          servesPartition: (partition: number) => ownership.servingEpoch(partition) !== undefined
         }),
     onError: (user, message, cause) => logger.error({ user, err: cause }, message),
     onClockStepBack: (latestMs, readMs) =>
@@ -146,7 +149,11 @@ export const coordinatorLayerFor = (
 export const loadSettingsAndConfig = (env: NodeJS.ProcessEnv) =>
   Effect.gen(function* () {
     const settings = yield* readSettings(env)
-    const config = yield* loadConfig(settings.configPath, settings.fairness, settings.clockOffsetMaxMs)
+    const loaded = yield* loadConfig(settings.configPath, settings.fairness, settings.clockOffsetMaxMs)
+    const config: Config = {
+      ...loaded,
+      usageRecordedEvents: settings.events.enabled && settings.events.usageRecorded
+    }
     return { settings, config }
   })
 
@@ -165,6 +172,7 @@ export const serveLayers = (
 ) => {
   const store: Layer.Layer<Store | Outbox, unknown> = storeLayerFor(
     settings,
+    config,
     target,
     ownership?.fence,
     metrics,
@@ -219,7 +227,16 @@ const startOwnership = (
         onMemberLockLost(reason)
       },
       () => {
+        const regained = ownership.memberLockLosses > 0
         ownership.memberLockHeld = true
+        // Held again (the server is back, or a failover reached a new primary): claim now, not at the
+        // next round up to a third of a lease away. The wake is a no-op before the loop has started.
+        if (regained)
+          logger.warn(
+            { owner: ownership.owner },
+            "the member lock is held again: claiming this process's share now"
+          )
+        ownership.wake()
       },
       // A member released partitions: the round that may claim them runs now, not at its next turn.
       { channel: partitionsReleasedChannel("quota"), onNotified: () => ownership.wake() }

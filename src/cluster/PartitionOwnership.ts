@@ -387,7 +387,18 @@ export const ownershipRound = (options: OwnershipOptions) =>
       .sort((left, right) => byPreference(right, left))
     const claimSentAt = sentNow()
     const lossesBefore = state.memberLockLosses
-    const claimed = yield* queries.claim(state.owner, wanted, leaseMs, dead, short)
+    // Its own rows among them too: a row this process owns but holds no epoch of is one it stepped down
+    // from (a member-lock loss: after a failover every process's lock goes at once) or whose claim answer
+    // it never heard. Nobody else may take such a row before its lease runs out, so waiting for that, or
+    // for its old lock key to count as dead (not before the server has been up for the grace), left the
+    // partition unserved; the claim bumps the epoch, which fences whatever it wrote under the old one.
+    const claimed = yield* queries.claim(
+      state.owner,
+      wanted,
+      leaseMs,
+      [...new Set([...dead, state.owner])],
+      short
+    )
     if (claimed.size > 0 && (state.memberLockLosses !== lossesBefore || !state.memberLockHeld)) {
       // The member lock was lost while the claim was in flight: the others may already take these.
       yield* queries.release(state.owner, claimed)

@@ -9,6 +9,9 @@
  *   QUOTA_EVENTS_REPLICAS          the stream's replicas in a NATS cluster (default 1, at most 5)
  *   QUOTA_EVENTS_DUPLICATE_WINDOW  the stream's duplicate window (default 2m, at least 2m)
  *   QUOTA_EVENTS_OUTBOX_MAX        events recorded and not yet published per partition (default 100000)
+ *   QUOTA_EVENTS_USAGE_RECORDED    default true; false decides, records and publishes no `usage_recorded`
+ *                                  (one more outbox row per change of `used`) for deployments that do
+ *                                  not bill from it
  */
 import { Effect } from "effect"
 import { eventsDuplicateWindowMsMin, eventsOutboxPerPartitionMaxDefault } from "../domain/limits.js"
@@ -23,6 +26,7 @@ export interface EventSettings {
   readonly replicas: number
   readonly duplicateWindowMs: number
   readonly outboxPerPartitionMax: number
+  readonly usageRecorded: boolean
 }
 
 export const eventSettingsDefaults = {
@@ -79,8 +83,10 @@ export const readEventSettings = (env: Environment, prefix: string) =>
       100_000_000,
       eventsOutboxPerPartitionMaxDefault
     )
+    const usageRecorded = yield* readBoolean(env, "QUOTA_EVENTS_USAGE_RECORDED", true)
     return {
       enabled,
+      usageRecorded,
       streamName,
       maxAgeMs,
       maxBytes: maxBytes ?? eventSettingsDefaults.maxBytes,

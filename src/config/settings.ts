@@ -14,6 +14,8 @@ import { readEventSettings } from "./eventSettings.js"
 import { readPartitions, readPrefix } from "./subjectSettings.js"
 import {
   clockOffsetMaxMsDefault,
+  usagePeriodsKeptMax,
+  usagePeriodsKeptMin,
   clockOffsetMaxMsMax,
   clockOffsetMaxMsMin,
   partitionLeaseMsDefault,
@@ -67,6 +69,11 @@ export interface Settings {
   readonly clockOffsetMaxMs: number
   /** `QUOTA_STORE_QUERY_TIMEOUT`: how long the store waits for a statement's answer (default storeQueryTimeoutMs). */
   readonly storeQueryTimeoutMs: number
+  /**
+   * `QUOTA_USAGE_PERIODS_KEPT`: past periods of every meter kept for `usage_history` and `list_usage`,
+   * the current one included (default and least usagePeriodsKeptMin); older ones are deleted.
+   */
+  readonly usagePeriodsKept: number
 }
 
 /** A host and a TCP port (0: any free port, logged once bound). */
@@ -165,6 +172,13 @@ export const readSettings = (env: Environment): Effect.Effect<Settings, Settings
       clockOffsetMaxMsMax,
       clockOffsetMaxMsDefault
     )
+    const usagePeriodsKept = yield* readInteger(
+      env,
+      "QUOTA_USAGE_PERIODS_KEPT",
+      usagePeriodsKeptMin,
+      usagePeriodsKeptMax,
+      usagePeriodsKeptMin
+    )
     const httpAddress = yield* readHttpAddress(env)
     const events = yield* readEventSettings(env, prefix)
     const queryTimeoutMs = yield* readDuration(
@@ -187,6 +201,7 @@ export const readSettings = (env: Environment): Effect.Effect<Settings, Settings
       httpAddress,
       events,
       clockOffsetMaxMs: clockOffsetMaxMs ?? clockOffsetMaxMsDefault,
-      storeQueryTimeoutMs: queryTimeoutMs
+      storeQueryTimeoutMs: queryTimeoutMs,
+      usagePeriodsKept: usagePeriodsKept ?? usagePeriodsKeptMin
     }
   })

@@ -41,6 +41,12 @@ export interface Config {
    * further off serves nothing). Decisions read it through clockSkewMaxMs, never a clock.
    */
   readonly clockOffsetMaxMs: number
+  /**
+   * Whether decisions that change `used` record a `usage_recorded` event (revision 1.3). Absent: they
+   * do. `QUOTA_EVENTS_USAGE_RECORDED=false` turns it off for deployments that do not bill from it:
+   * nothing of it is then decided, written or published.
+   */
+  readonly usageRecordedEvents?: boolean
 }
 
 /**

@@ -7,6 +7,7 @@ import type { DecideContext, Output, Wakeup } from "./context.js"
 import type { StoreEvent } from "./events.js"
 import { adjust, commit, consume, expireHolds, extend, pruneRemembered, release, reserve } from "./holds.js"
 import { listHolds } from "./holdList.js"
+import { usageHistory } from "./usageHistory.js"
 import { assertUserState } from "./invariants.js"
 import type { Result } from "./results.js"
 import { unknownMeter } from "./results.js"
@@ -72,6 +73,8 @@ const decideCommand = (
       return usageView(ctx.config, state, ctx.now)
     case "list_holds":
       return listHolds(state, command)
+    case "usage_history":
+      return usageHistory(ctx, state, command)
     case "set_plan": {
       if (planNamed(ctx.config, command.plan) === undefined) return { status: "unknown_plan" }
       const previousPlan = planOf(ctx.config, state)

@@ -58,6 +58,23 @@ export type QuotaEvent =
       /** The override now stored; null: back to the plan's default. */
       readonly limit: number | null
     }
+  | {
+      /** Revision 1.3: a decision changed the meter's `used` (every change; their amounts add up to `used`). */
+      readonly event: "usage_recorded"
+      readonly at: number
+      readonly meter: string
+      /** The period the change counts in: the decision's. */
+      readonly periodStart: number | null
+      /** Signed: exactly how much `used` changed (a refund clamped at 0 records what it took back). */
+      readonly amount: number
+      /** `used` after the decision. */
+      readonly used: number
+      readonly source: LedgerOperation
+      /** The hold id (`consume`, `commit`) or the `adjust` id. */
+      readonly ref: string
+      /** A `consume`'s key; absent otherwise. */
+      readonly key?: string
+    }
 
 export type QuotaEventKind = QuotaEvent["event"]
 
@@ -67,7 +84,8 @@ export const quotaEventKinds: ReadonlyArray<QuotaEventKind> = [
   "hold_expired",
   "slot_expired",
   "plan_changed",
-  "limit_changed"
+  "limit_changed",
+  "usage_recorded"
 ]
 
 export type StoreEvent =
@@ -120,6 +138,13 @@ export type StoreEvent =
   | { readonly kind: "period_floor"; readonly user: string; readonly at: number }
   /** Set (or with null, remove) the user's limit override of a meter. */
   | { readonly kind: "limit"; readonly user: string; readonly meter: string; readonly limit: number | null }
+
+/** One user's `used` of one meter in one period, as stored (revision 1.3 `usage_history`). */
+export interface PeriodUsage {
+  readonly meter: string
+  readonly periodStart: number | null
+  readonly used: number
+}
 
 /** What the store hands an actor when it starts: everything its decisions need, as stored. */
 export interface StoredUser {

@@ -89,6 +89,24 @@ const recordUsage = (
     delta: entry.delta,
     at: ctx.now
   })
+  // Revision 1.3: per user, meter and period the amounts add up to `used`; a change of 0 records none.
+  if (entry.delta !== 0 && ctx.config.usageRecordedEvents !== false) {
+    output.events.push({
+      kind: "event",
+      user: state.user,
+      event: {
+        event: "usage_recorded",
+        at: ctx.now,
+        meter: entry.meter,
+        periodStart: meterState.periodStart,
+        amount: entry.delta,
+        used: meterState.used,
+        source: entry.operation,
+        ref: entry.holdId ?? entry.key,
+        ...(entry.operation === "consume" ? { key: entry.key } : {})
+      }
+    })
+  }
   if (entry.delta > 0) announceThresholds(ctx, state, entry.meter, output)
   pushUsageRow(ctx, state, entry.meter, output)
 }

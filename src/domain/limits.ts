@@ -29,6 +29,22 @@ export const thresholdsPerMeterMax = 4
 export const holdListLimitMax = 1_000
 export const holdListLimitDefault = 100
 
+/** Periods one `usage_history` covers (`periods`, revision 1.3). Outside 1..max is `invalid_request`. */
+export const usageHistoryPeriodsMax = 36
+export const usageHistoryPeriodsDefault = 12
+
+/** Users one `list_usage` page lists (`limit`, revision 1.3). Outside 1..max is `invalid_request`; past it `more` is true. */
+export const usageListLimitMax = 1_000
+export const usageListLimitDefault = 1_000
+
+/**
+ * Past periods of every meter the store keeps at least (PROTOCOL.md revision 1.3): QUOTA_USAGE_PERIODS_KEPT
+ * may keep more, never fewer. Older usage rows and ledger rows are deleted by the retention sweep.
+ */
+export const usagePeriodsKeptMin = 36
+/** QUOTA_USAGE_PERIODS_KEPT's ceiling (100 years of months). */
+export const usagePeriodsKeptMax = 1_200
+
 /** Commands in one batch message. A longer array gets the NATS service error 400. */
 export const batchCommandsMax = 1_000
 

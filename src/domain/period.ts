@@ -30,3 +30,14 @@ export const periodStartAt = (period: Period, now: number): number | null => {
       return monthStartAt(now)
   }
 }
+
+/** The start of the period before the one starting at `start` (a month or day start). */
+export const previousPeriodStart = (period: "month" | "day", start: number): number => {
+  if (period === "day") return start - dayMs
+  const date = new globalThis.Date(start)
+  return globalThis.Date.UTC(date.getUTCFullYear(), date.getUTCMonth() - 1, 1)
+}
+
+/** Whether `at` is the start of one of the period's periods (UTC midnight; and the 1st, for months). */
+export const isPeriodStart = (period: "month" | "day", at: number): boolean =>
+  at >= 0 && periodStartAt(period, at) === at

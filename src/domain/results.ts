@@ -81,6 +81,24 @@ export interface HoldListResult {
   readonly more: boolean
 }
 
+export interface UsageHistoryEntry {
+  readonly meter: string
+  readonly period: "month" | "day"
+  /** Newest first: the current period always, an earlier one only if it had usage. */
+  readonly periods: ReadonlyArray<{ readonly periodStart: number; readonly used: number }>
+}
+
+export interface UsageHistoryResult {
+  readonly status: "ok"
+  readonly history: ReadonlyArray<UsageHistoryEntry>
+}
+
+export interface UsageListResult {
+  readonly status: "ok"
+  readonly usage: ReadonlyArray<{ readonly user: string; readonly used: number }>
+  readonly more: boolean
+}
+
 export interface OkResult {
   readonly status: "ok"
 }
@@ -128,6 +146,8 @@ export type Result =
   | SlotResult
   | UsageResult
   | HoldListResult
+  | UsageHistoryResult
+  | UsageListResult
   | OkResult
   | NotFoundResult
   | UnknownMeterResult

@@ -3,7 +3,8 @@
  * clock within QUOTA_CLOCK_OFFSET_MAX_MS of Postgres's. NATS's state is read from the
  * connection when asked; Postgres is asked every `readinessCheckIntervalMs` by a fiber of the serve
  * scope (one query, bounded by `readinessCheckTimeoutMs`, that also asks whether the server takes
- * writes: a standby or a read-only server is down, "connected to a standby (in recovery)"), so a probe never waits on the
+ * writes: a standby or a read-only server is down, "connected to a standby (in recovery)"; no server at the
+ * address, "no server answers", as while a failover moves it), so a probe never waits on the
  * database and an outage shows within about interval + timeout, and its end as soon after.
  *
  * Readiness is this process's: a partition that no process has held for longer than a lease (the
@@ -16,6 +17,7 @@
  */
 import { Duration, Effect } from "effect"
 import type { Scope } from "effect"
+import { connectionFailedIn } from "../store/postgres/errors.js"
 import { serverNotWritableIn } from "../store/postgres/writablePrimary.js"
 import { readinessCheckIntervalMs, readinessCheckTimeoutMs } from "../domain/limits.js"
 
@@ -54,6 +56,8 @@ export interface Readiness {
 export const postgresReasons = {
   notChecked: "not checked yet",
   failed: "check failed (the cause is in the log)",
+  /** Refused, reset, shutting down: no server at the address now (down, or a failover under way). */
+  unreachable: "no server answers (connection refused, reset or shutting down)",
   timedOut: (timeoutMs: number) => `no answer within ${timeoutMs} ms`
 } as const
 
@@ -106,7 +110,11 @@ export const makeReadiness = (onChange: (change: ReadinessChange) => void = () =
       Effect.timeoutOption(Duration.millis(timeoutMs)),
       Effect.match({
         onFailure: (cause) =>
-          setPostgres(serverNotWritableIn(cause)?.reason ?? postgresReasons.failed, detailOf(cause)),
+          setPostgres(
+            serverNotWritableIn(cause)?.reason ??
+              (connectionFailedIn(cause) ? postgresReasons.unreachable : postgresReasons.failed),
+            detailOf(cause)
+          ),
         onSuccess: (answered) =>
           answered._tag === "Some"
             ? setPostgres(undefined, undefined)

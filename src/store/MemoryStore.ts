@@ -5,7 +5,8 @@
  */
 import { Effect, Layer } from "effect"
 import type { HoldRecord, QuotaEvent, StoreEvent, StoredUser } from "../domain/events.js"
-import { consumeKeyClockSlackMs, idRetentionMs } from "../domain/limits.js"
+import { consumeKeyClockSlackMs, idRetentionMs, partitionsDefault } from "../domain/limits.js"
+import { partitionOf } from "../domain/partition.js"
 import type { StoreShape } from "./Store.js"
 import { Store, StoreUnavailable } from "./Store.js"
 
@@ -60,6 +61,8 @@ export interface MemoryStoreOptions {
    * difference (test/property/lifecycle.test.ts).
    */
   readonly settleBeforeLoad?: boolean
+  /** The deployment's partition count, for listUsage (default partitionsDefault). */
+  readonly partitions?: number
 }
 
 export interface MemoryStore extends StoreShape {
@@ -255,6 +258,32 @@ export const makeMemoryStore = (options: MemoryStoreOptions = {}): MemoryStore =
           if (holdDue || slotDue) users.push(user)
         }
         return users
+      }),
+    pastUsage: (user, meters, periodsMax) =>
+      Effect.sync(() => {
+        const usage = [...(rows.get(user)?.usage.values() ?? [])]
+        return meters.flatMap((meter) =>
+          usage
+            .filter((row) => row.meter === meter && row.used > 0)
+            .sort((a, b) => (b.periodStart ?? -1) - (a.periodStart ?? -1))
+            .slice(0, periodsMax)
+            .map(({ periodStart, used }) => ({ meter, periodStart, used }))
+        )
+      }),
+    listUsage: (query) =>
+      Effect.sync(() => {
+        const partitions = options.partitions ?? partitionsDefault
+        const byBytes = (user: string) => Buffer.from(user, "utf8")
+        const after = byBytes(query.after ?? "")
+        const listed = [...rows.entries()]
+          .filter(([user]) => partitionOf(user, partitions) === query.partition)
+          .filter(([user]) => Buffer.compare(byBytes(user), after) > 0)
+          .flatMap(([user, userRows]) => {
+            const used = userRows.usage.get(`${query.meter}|${query.periodStart}`)?.used ?? 0
+            return used > 0 ? [{ user, used }] : []
+          })
+          .sort((a, b) => Buffer.compare(byBytes(a.user), byBytes(b.user)))
+        return { usage: listed.slice(0, query.limit), more: listed.length > query.limit }
       }),
     ping: Effect.void
   }

@@ -4,7 +4,7 @@
  */
 import { Context, Data } from "effect"
 import type { Effect } from "effect"
-import type { RecalledIds, StoreEvent, StoredUser } from "../domain/events.js"
+import type { PeriodUsage, RecalledIds, StoreEvent, StoredUser } from "../domain/events.js"
 
 /** The store could not confirm: the write may or may not have happened. Callers answer `unavailable`. */
 export class StoreUnavailable extends Data.TaggedError("StoreUnavailable")<{
@@ -17,6 +17,20 @@ export class StoreUnavailable extends Data.TaggedError("StoreUnavailable")<{
    */
   readonly alreadyHeld?: string
 }> {}
+
+export interface UsageListQuery {
+  readonly partition: number
+  readonly meter: string
+  readonly periodStart: number | null
+  readonly after: string | undefined
+  readonly limit: number
+}
+
+export interface UsageListPage {
+  readonly usage: ReadonlyArray<{ readonly user: string; readonly used: number }>
+  /** More users follow the last one listed. */
+  readonly more: boolean
+}
 
 export interface StoreShape {
   /** Everything one user's actor needs, in one round trip. `now` bounds the retention window of closed ids. */
@@ -48,6 +62,20 @@ export interface StoreShape {
     limit: number,
     partitions?: ReadonlyArray<number>
   ) => Effect.Effect<ReadonlyArray<string>, StoreUnavailable>
+  /**
+   * Revision 1.3 `usage_history`: the user's usage rows of `meters` with `used` above 0, newest period
+   * first, at most `periodsMax` per meter (the current period's among them, if stored).
+   */
+  readonly pastUsage: (
+    user: string,
+    meters: ReadonlyArray<string>,
+    periodsMax: number
+  ) => Effect.Effect<ReadonlyArray<PeriodUsage>, StoreUnavailable>
+  /**
+   * Revision 1.3 `list_usage`: the users of `partition` whose `used` of (meter, periodStart) is above 0,
+   * in the UTF-8 byte order of their ids, after `after` (absent: from the first), at most `limit`.
+   */
+  readonly listUsage: (query: UsageListQuery) => Effect.Effect<UsageListPage, StoreUnavailable>
   /** One trivial round trip to the database (readiness): fails when it does not answer. */
   readonly ping: Effect.Effect<void, StoreUnavailable>
 }

@@ -6,7 +6,13 @@
  * This runs for every command, so it is plain code, not Schema. A bad field throws a `FieldInvalid`
  * (a plain object, no stack capture) that `decodeCommand` turns into a value: each reader stays one line.
  */
-import type { AdminCommand, Command, HoldListState, OpsCommand } from "../domain/commands.js"
+import type {
+  AdminCommand,
+  Command,
+  HoldListState,
+  ListUsageCommand,
+  OpsCommand
+} from "../domain/commands.js"
 import { meterNamePattern } from "../domain/config.js"
 import {
   amountMax,
@@ -19,7 +25,11 @@ import {
   slotLeaseMsDefault,
   slotLeaseMsMax,
   slotLeaseMsMin,
-  slotWaitMsMax
+  slotWaitMsMax,
+  usageHistoryPeriodsDefault,
+  usageHistoryPeriodsMax,
+  usageListLimitDefault,
+  usageListLimitMax
 } from "../domain/limits.js"
 import { partitionOf } from "../domain/partition.js"
 import type { InvalidRequestResult, WrongPartitionResult } from "../domain/results.js"
@@ -29,11 +39,16 @@ import { invalidRequest } from "../domain/results.js"
 export type SubjectKind = "ops" | "admin"
 
 export type Decoded =
-  { readonly ok: Command; readonly ref?: string } | { readonly invalid: string; readonly ref?: string }
+  | { readonly ok: Command | ListUsageCommand; readonly ref?: string }
+  | { readonly invalid: string; readonly ref?: string }
 
-/** A command judged before any decision: either it goes to the coordinator, or its answer is known now. */
+/**
+ * A command judged before any decision: it goes to its user's actor, or (`list_usage`, addressed to a
+ * partition) to the coordinator itself, or its answer is known now.
+ */
 export type Judged =
   | { readonly submit: Command; readonly ref: string | undefined }
+  | { readonly listUsage: ListUsageCommand; readonly ref: string | undefined }
   | { readonly answer: InvalidRequestResult | WrongPartitionResult; readonly ref: string | undefined }
 
 const opsOps: ReadonlySet<string> = new Set<OpsCommand["op"]>([
@@ -48,11 +63,13 @@ const opsOps: ReadonlySet<string> = new Set<OpsCommand["op"]>([
   "release_slot",
   "get_usage"
 ])
-const adminOps: ReadonlySet<string> = new Set<AdminCommand["op"]>([
+const adminOps: ReadonlySet<string> = new Set<AdminCommand["op"] | ListUsageCommand["op"]>([
   "set_plan",
   "set_limit",
   "get_usage",
-  "list_holds"
+  "list_holds",
+  "usage_history",
+  "list_usage"
 ])
 
 const holdListStates: ReadonlySet<string> = new Set<HoldListState>(["pending", "closed", "all"])
@@ -181,6 +198,28 @@ const decodeOps = (op: OpsCommand["op"], raw: WireObject): OpsCommand => {
   }
 }
 
+const optionalMeter = (raw: WireObject): string | undefined =>
+  fieldOf(raw, "meter") === undefined ? undefined : meter(raw)
+
+const optionalInteger = (raw: WireObject, field: string, min: number, max: number, fallback: number) => {
+  const value = fieldOf(raw, field)
+  return value === undefined ? fallback : integerIn(value, field, min, max)
+}
+
+/** Revision 1.3: `list_usage`, to the partition of the subject it came on (it names no user). */
+const decodeListUsage = (raw: WireObject, partition: number): ListUsageCommand => {
+  const listed = meter(raw)
+  const periodStart = fieldOf(raw, "periodStart")
+  return {
+    op: "list_usage",
+    partition,
+    meter: listed,
+    periodStart: periodStart === undefined ? null : integerIn(periodStart, "periodStart", 0, amountMax),
+    after: fieldOf(raw, "after") === undefined ? undefined : identifier(raw, "after"),
+    limit: optionalInteger(raw, "limit", 1, usageListLimitMax, usageListLimitDefault)
+  }
+}
+
 const decodeAdmin = (op: AdminCommand["op"], raw: WireObject): AdminCommand => {
   switch (op) {
     case "set_plan": {
@@ -212,6 +251,13 @@ const decodeAdmin = (op: AdminCommand["op"], raw: WireObject): AdminCommand => {
         limit: limit === undefined ? holdListLimitDefault : integerIn(limit, "limit", 1, holdListLimitMax)
       }
     }
+    case "usage_history":
+      return {
+        op,
+        user: user(raw),
+        meter: optionalMeter(raw),
+        periods: optionalInteger(raw, "periods", 1, usageHistoryPeriodsMax, usageHistoryPeriodsDefault)
+      }
   }
 }
 
@@ -237,8 +283,11 @@ const readOp = (raw: WireObject, kind: SubjectKind): string => {
 const isWireObject = (raw: unknown): raw is WireObject =>
   typeof raw === "object" && raw !== null && !Array.isArray(raw)
 
-/** Decodes one command of a message sent to a `.ops` or `.admin` subject. */
-export const decodeCommand = (raw: unknown, kind: SubjectKind): Decoded => {
+/**
+ * Decodes one command of a message sent to a `.ops` or `.admin` subject; `partition`: the subject's,
+ * which a `list_usage` is about.
+ */
+export const decodeCommand = (raw: unknown, kind: SubjectKind, partition = 0): Decoded => {
   if (!isWireObject(raw)) return { invalid: "command: must be an object" }
   let ref: string | undefined
   try {
@@ -251,7 +300,11 @@ export const decodeCommand = (raw: unknown, kind: SubjectKind): Decoded => {
   try {
     const op = readOp(raw, kind)
     const command =
-      kind === "ops" ? decodeOps(op as OpsCommand["op"], raw) : decodeAdmin(op as AdminCommand["op"], raw)
+      kind === "ops"
+        ? decodeOps(op as OpsCommand["op"], raw)
+        : op === "list_usage"
+          ? decodeListUsage(raw, partition)
+          : decodeAdmin(op as AdminCommand["op"], raw)
     return ref === undefined ? { ok: command } : { ok: command, ref }
   } catch (error) {
     if (!(error instanceof FieldInvalid)) throw error
@@ -271,8 +324,9 @@ export const judgeCommand = (
   partition: number,
   partitions: number
 ): Judged => {
-  const decoded = decodeCommand(raw, kind)
+  const decoded = decodeCommand(raw, kind, partition)
   if ("invalid" in decoded) return { answer: invalidRequest(decoded.invalid), ref: decoded.ref }
+  if (decoded.ok.op === "list_usage") return { listUsage: decoded.ok, ref: decoded.ref }
   if (partitionOf(decoded.ok.user, partitions) !== partition)
     return { answer: wrongPartition, ref: decoded.ref }
   return { submit: decoded.ok, ref: decoded.ref }

@@ -9,7 +9,7 @@
  */
 import type { Logger, LoggerOptions } from "pino"
 import { pino } from "pino"
-import type { Command } from "../domain/commands.js"
+import type { Command, ListUsageCommand } from "../domain/commands.js"
 import type { Result } from "../domain/results.js"
 import type { LogLevel } from "../config/settings.js"
 
@@ -23,11 +23,15 @@ export const makeLogger = (level: LogLevel, destination?: NodeJS.WritableStream)
 
 type Level = "debug" | "info"
 
-const levelOf = (command: Command, result: Result): Level =>
+const levelOf = (command: Command | ListUsageCommand, result: Result): Level =>
   result.status === "ok" && (command.op === "set_plan" || command.op === "set_limit") ? "info" : "debug"
 
 /** The fields that say whose, which and how much: user, id or job, meter, amount. */
-const subjectFields = (command: Command): Record<string, unknown> => {
+const subjectFields = (command: Command | ListUsageCommand): Record<string, unknown> => {
+  if (command.op === "list_usage") {
+    const { op, partition, meter, periodStart, after, limit } = command
+    return { op, partition, meter, periodStart, after, limit }
+  }
   const { op, user } = command
   switch (command.op) {
     case "reserve":
@@ -50,6 +54,8 @@ const subjectFields = (command: Command): Record<string, unknown> => {
       return { op, user, meter: command.meter, limit: command.limit }
     case "list_holds":
       return { op, user, state: command.state, limit: command.limit }
+    case "usage_history":
+      return { op, user, meter: command.meter, periods: command.periods }
     case "get_usage":
     case "tick":
       return { op, user }
@@ -77,7 +83,12 @@ const resultFields = (result: Result): Record<string, unknown> => {
 }
 
 /** Logs one decided command at the level its result deserves. */
-export const logDecision = (logger: Logger, command: Command, result: Result, ref?: string): void => {
+export const logDecision = (
+  logger: Logger,
+  command: Command | ListUsageCommand,
+  result: Result,
+  ref?: string
+): void => {
   const level = levelOf(command, result)
   if (!logger.isLevelEnabled(level)) return
   logger[level]({ ...subjectFields(command), ...resultFields(result), ref }, `${command.op} ${result.status}`)

@@ -20,7 +20,7 @@ import type { Scope } from "effect"
 import { Coordinator } from "../actors/Coordinator.js"
 import type { RecencyLinks } from "../actors/RecencyList.js"
 import { RecencyList } from "../actors/RecencyList.js"
-import type { Command } from "../domain/commands.js"
+import type { Command, ListUsageCommand } from "../domain/commands.js"
 import { messageBytesMax } from "../domain/limits.js"
 import type { Result, Status } from "../domain/results.js"
 import { unavailable } from "../domain/results.js"
@@ -140,7 +140,9 @@ export const makeRequestHandler = (
       const statuses: Array<Status | undefined> = new Array<Status | undefined>(raws.length)
       /** Each answered command's result as JSON, while the reply stays within replyBytesMax. */
       const encoded: Array<string | undefined> = new Array<string | undefined>(raws.length)
-      const commands: Array<Command | undefined> = new Array<Command | undefined>(raws.length)
+      const commands: Array<Command | ListUsageCommand | undefined> = new Array<
+        Command | ListUsageCommand | undefined
+      >(raws.length)
       const refs: Array<string | undefined> = new Array<string | undefined>(raws.length)
       const bytesMax = replyBytesMax()
       /** The reply's bytes so far: the encoded results, a comma or bracket each, and the closing bracket. */
@@ -164,7 +166,7 @@ export const makeRequestHandler = (
           record(index, judged.answer)
           logRefusal(logger, target.subject, judged.answer, judged.ref)
         } else {
-          commands[index] = judged.submit
+          commands[index] = "submit" in judged ? judged.submit : judged.listUsage
           undecided += 1
         }
       }
@@ -198,7 +200,7 @@ export const makeRequestHandler = (
       const settle = (index: number, result: Result): void => {
         if (answered || statuses[index] !== undefined) return
         record(index, result)
-        logDecision(logger, commands[index] as Command, result, refs[index])
+        logDecision(logger, commands[index]!, result, refs[index])
         undecided -= 1
         if (undecided === 0) finish()
       }
@@ -209,7 +211,7 @@ export const makeRequestHandler = (
         for (let index = 0; index < raws.length; index += 1) {
           if (statuses[index] !== undefined) continue
           record(index, unavailable)
-          logDecision(logger, commands[index] as Command, unavailable, refs[index])
+          logDecision(logger, commands[index]!, unavailable, refs[index])
         }
         finish(failure)
       }
@@ -221,7 +223,8 @@ export const makeRequestHandler = (
         const command = commands[index]
         if (command === undefined) continue
         try {
-          coordinator.enqueue(command, (result) => settle(index, result))
+          if (command.op === "list_usage") coordinator.listUsage(command, (result) => settle(index, result))
+          else coordinator.enqueue(command, (result) => settle(index, result))
         } catch (cause) {
           logger.error({ subject: target.subject, error: reasonOf(cause) }, "enqueue failed")
           return answerRest("coordinator defect")

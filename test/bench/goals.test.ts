@@ -45,6 +45,7 @@ const runOf = (overrides: Partial<RunResult>): RunResult => ({
   meanBatch: 1,
   drainedCleanly: true,
   cpu,
+  walBytes: undefined,
   firstError: undefined,
   ...overrides
 })
@@ -298,5 +299,92 @@ describe("renderGoals: p99 at half of peak", () => {
     expect(row.slice(3, 5)).toEqual([formatMs(run.latency.p99Ms), "2.00"])
     expect(row[6]).toBe(verdict)
     if (workload !== "hot") expect(cellsOf(lines, `| coord-msg | ${workload} |`)[6]).toBe("**met**")
+  })
+})
+
+describe("renderGoals: issue 27, the coordinator against its floor", () => {
+  const floorRow = (lines: ReadonlyArray<string>, workload: WorkloadKey, level: number) =>
+    cellsOf(lines, `| ${workload} | ${level} |`)
+
+  // The coordinator at 1,000 cycles/s: within 1.2× of the floor while the floor does at most 1,200.
+  it.each([
+    { floorCycles: 1200, verdict: "**met**", ratio: "1.20×" },
+    { floorCycles: 1201, verdict: "**not met**", ratio: "1.20×" },
+    { floorCycles: 3000, verdict: "**not met**", ratio: "3.00×" },
+    { floorCycles: 800, verdict: "**met**", ratio: "0.80×" }
+  ])("a floor at $floorCycles cycles/s: $verdict", ({ floorCycles, verdict, ratio }) => {
+    const lines = render(
+      reportOf({
+        workloads: [{ key: "uniform" } as Report["workloads"][number]],
+        runs: [runOf({}), runOf({ target: "floor", cycles: floorCycles })]
+      })
+    )
+    expect(floorRow(lines, "uniform", 4096).slice(2, 6)).toEqual([
+      "1,000",
+      floorCycles.toLocaleString("en-US"),
+      ratio,
+      verdict
+    ])
+  })
+
+  it.each([
+    { trouble: { errors: 1 }, verdict: "**not met** (1 errors)" },
+    { trouble: { overGrants: 2 }, verdict: "**not met** (2 over-grants)" },
+    { trouble: { drainedCleanly: false }, verdict: "**not met** (did not drain)" }
+  ])("a coordinator faster than its floor with $verdict", ({ trouble, verdict }) => {
+    const lines = render(
+      reportOf({
+        workloads: [{ key: "uniform" } as Report["workloads"][number]],
+        runs: [runOf({ cycles: 2000, ...trouble }), runOf({ target: "floor" })]
+      })
+    )
+    expect(floorRow(lines, "uniform", 4096)[5]).toBe(verdict)
+  })
+
+  it("hot gets no verdict: the floor grants what the coordinator refuses", () => {
+    const lines = render(
+      reportOf({
+        workloads: [{ key: "hot" } as Report["workloads"][number]],
+        runs: [runOf({ workload: "hot", cycles: 10 }), runOf({ workload: "hot", target: "floor" })]
+      })
+    )
+    expect(floorRow(lines, "hot", 4096)[5]).toMatch(/^no verdict: the floor grants/)
+  })
+
+  // 1,000 cycles in 1,000 ms: Postgres at 2% of a core is 20 µs a cycle; 500,000 WAL bytes 500 B.
+  it.each([
+    { postgres: 2, walBytes: 500_000, cpuVerdict: "**met**", walVerdict: "**met**" },
+    { postgres: 2.1, walBytes: 501_000, cpuVerdict: "**not met**", walVerdict: "**not met**" }
+  ])(
+    "Postgres at $postgres% and $walBytes WAL bytes: CPU $cpuVerdict, WAL $walVerdict",
+    ({ postgres, walBytes, cpuVerdict, walVerdict }) => {
+      const coordinator = runOf({ cpu: { ...cpu, postgres }, walBytes })
+      const floor = runOf({ target: "floor", cpu: { ...cpu, postgres: 1 }, walBytes: 100_000 })
+      const lines = render(
+        reportOf({
+          workloads: [{ key: "uniform" } as Report["workloads"][number]],
+          runs: [coordinator, floor]
+        })
+      )
+      const row = floorRow(lines, "uniform", 4096)
+      expect(row[6]).toBe(`${(postgres * 10).toFixed(1)} / 10.0`)
+      expect(row[7]).toBe(`${(walBytes / 1000).toFixed(0)} / 100`)
+      const sentence = (start: string) => lines.find((line) => line.startsWith(start)) ?? ""
+      expect(sentence("- Postgres CPU per uniform cycle at 4096:")).toContain(
+        `coordinator ${(postgres * 10).toFixed(0)} µs, ${cpuVerdict} (goal 20 µs); the floor 10 µs.`
+      )
+      expect(sentence("- WAL per uniform cycle at 4096:")).toContain(
+        `coordinator ${(walBytes / 1000).toFixed(0)} B, ${walVerdict} (goal 500 B); the floor 100 B.`
+      )
+    }
+  )
+
+  it("without a floor run it says so", () => {
+    const lines = render(
+      reportOf({ workloads: [{ key: "uniform" } as Report["workloads"][number]], runs: [runOf({})] })
+    )
+    expect(lines).toContain(
+      "Not measured: coord-sdk and floor did not both run a workload at one concurrency."
+    )
   })
 })

@@ -16,7 +16,7 @@ import type { QuotaClientOptions } from "../../src/client/options.js"
 import { partitionOf } from "../../src/domain/partition.js"
 import type { AcknowledgedWrites } from "../support/databaseChecks.js"
 import type { ServeProcess } from "../support/processes.js"
-import { startServe } from "../support/processes.js"
+import { startServe, stopServe } from "../support/processes.js"
 import { makeRng } from "../../bench/lib/rng.js"
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
@@ -136,24 +136,33 @@ export const startCluster = async (
   envOf: (index: number) => Record<string, string> = () => ({})
 ): Promise<Array<Member>> => {
   const members: Array<Member> = []
-  for (let index = 0; index < count; index += 1) {
-    const serve = startServe({ ...env, ...envOf(index) })
-    await Promise.race([
-      serve.ready,
-      serve.exited.then((code) => {
-        throw new Error(`serve exited with ${code} before serving:\n${serve.output()}`)
-      })
-    ])
-    members.push({ serve, owner: ownerOf(serve) })
+  const started: Array<ServeProcess> = []
+  try {
+    for (let index = 0; index < count; index += 1) {
+      const serve = startServe({ ...env, ...envOf(index) })
+      started.push(serve)
+      await Promise.race([
+        serve.ready,
+        serve.exited.then((code) => {
+          throw new Error(`serve exited with ${code} before serving:\n${serve.output()}`)
+        })
+      ])
+      members.push({ serve, owner: ownerOf(serve) })
+    }
+    await waitForBalance(
+      pool,
+      partitions,
+      members.map((member) => member.owner),
+      20_000,
+      () => outputs(members)
+    )
+    return members
+  } catch (error) {
+    // The caller never sees these: left running, they served (and claimed in) whatever database
+    // answered at their address next, a later run's included.
+    await Promise.all(started.map((serve) => stopServe(serve, "SIGKILL")))
+    throw error
   }
-  await waitForBalance(
-    pool,
-    partitions,
-    members.map((member) => member.owner),
-    20_000,
-    () => outputs(members)
-  )
-  return members
 }
 
 /** Every member's output, labelled, for a failure message. */

@@ -589,9 +589,10 @@ const decimalRows: ReadonlyArray<EventRow> = [
   }
 ]
 
+/** The events of the kinds this table is about: `usage_recorded` has its own (test/domain/usageRecorded.test.ts). */
 const quotaEvents = (events: ReadonlyArray<StoreEvent>): Array<QuotaEvent> =>
   events.flatMap((event) => {
-    if (event.kind !== "event") return []
+    if (event.kind !== "event" || event.event.event === "usage_recorded") return []
     expect(event.user).toBe(U)
     return [event.event]
   })

@@ -92,6 +92,7 @@ const startPublisher = (
           enabled: true,
           streamName: `${prefix.toUpperCase()}_EVENTS`,
           outboxPerPartitionMax: 100,
+          usageRecorded: true,
           duplicateWindowMs
         })
       ),

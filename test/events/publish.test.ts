@@ -96,13 +96,16 @@ describe("events in the stream", () => {
     expect((await client.consume({ user, id: "orphan", amount: 4, key: "k" })).status).toBe("consumed")
     expect((await client.acquireSlot({ user, job: "job-1", leaseMs: 1_000 })).status).toBe("acquired")
 
-    const events = await eventsOf(user, 7)
+    const events = await eventsOf(user, 10)
     expect(events.map((message) => message.event.event)).toEqual([
       "limit_changed",
+      "usage_recorded",
       "usage_threshold",
       "plan_changed",
+      "usage_recorded",
       "usage_threshold",
       "limit_changed",
+      "usage_recorded",
       "hold_expired",
       "slot_expired"
     ])
@@ -113,22 +116,43 @@ describe("events in the stream", () => {
       expect(event.partition).toBe(partition)
       expect(event.at).toBeGreaterThanOrEqual(before)
     }
-    const [limit100, threshold80, planChanged, threshold100, limit200, holdExpired, slotExpired] = events.map(
-      (message) => message.event as unknown as Record<string, unknown>
-    )
+    const [
+      limit100,
+      adjusted,
+      threshold80,
+      planChanged,
+      committed,
+      threshold100,
+      limit200,
+      consumed,
+      holdExpired,
+      slotExpired
+    ] = events.map((message) => message.event as unknown as Record<string, unknown>)
     expect(limit100).toMatchObject({ meter: "tokens", limit: 100 })
+    expect(adjusted).toMatchObject({ meter: "tokens", amount: 85, used: 85, source: "adjust", ref: "a-1" })
+    expect(adjusted!["periodStart"]).toBe(threshold80!["periodStart"])
     expect(threshold80).toMatchObject({ meter: "tokens", threshold: 0.8, limit: 100, used: 85 })
     expect(typeof threshold80!["periodStart"]).toBe("number")
     expect(planChanged).toMatchObject({ plan: "pro", previousPlan: "free" })
+    expect(committed).toMatchObject({ meter: "tokens", amount: 15, used: 100, source: "commit", ref: "work" })
+    expect(committed!["key"]).toBeUndefined()
     expect(threshold100).toMatchObject({ meter: "tokens", threshold: 1, limit: 100, used: 100 })
     expect(limit200).toMatchObject({ meter: "tokens", limit: 200 })
+    expect(consumed).toMatchObject({
+      meter: "tokens",
+      amount: 4,
+      used: 104,
+      source: "consume",
+      ref: "orphan",
+      key: "k"
+    })
     expect(holdExpired).toMatchObject({ meter: "tokens", id: "orphan", amount: 10, consumed: 4, returned: 6 })
     expect(holdExpired!["at"]).toBeGreaterThanOrEqual(before + 1_000)
     expect(slotExpired).toMatchObject({ job: "job-1", plan: "pro" })
     expect(new Set(events.map((message) => message.event.eventId)).size).toBe(events.length)
     // Nothing more arrives for this user: only changes publish.
     await sleep(1_500)
-    expect((await streamMessages()).filter((message) => message.event.user === user)).toHaveLength(7)
+    expect((await streamMessages()).filter((message) => message.event.user === user)).toHaveLength(10)
   })
 })
 

@@ -90,7 +90,8 @@ describe("the publisher", () => {
           maxBytes: testEventsMaxBytes,
           enabled: true,
           streamName: stream,
-          outboxPerPartitionMax: 100
+          outboxPerPartitionMax: 100,
+          usageRecorded: true
         }),
         counts,
         prefix,
@@ -148,7 +149,8 @@ describe("the publisher", () => {
           maxBytes: testEventsMaxBytes,
           enabled: true,
           streamName: `${prefix.toUpperCase()}_EVENTS`,
-          outboxPerPartitionMax: 100
+          outboxPerPartitionMax: 100,
+          usageRecorded: true
         }),
         counts,
         prefix,

@@ -47,6 +47,14 @@ export interface StandbyPair {
   readonly link: TcpProxy
   /** Both servers' logs (the primary's shows the backends ended while they waited for the standby). */
   readonly serverLogs: () => Array<{ readonly name: string; readonly text: string }>
+  /** Kills the primary's postmaster (SIGKILL, as a machine lost) and waits for it to be gone. */
+  readonly killPrimary: () => Promise<void>
+  /**
+   * Promotes the standby and makes it commit without a standby of its own (synchronous_standby_names
+   * emptied, as Patroni does when the last synchronous standby is gone): resolves once it takes writes.
+   * In place (`pg_ctl promote`: the server keeps running), or by restarting it as a primary.
+   */
+  readonly promoteStandby: (how?: "in place" | "by restart") => Promise<void>
   readonly stop: () => Promise<void>
 }
 
@@ -157,7 +165,49 @@ export const startStandbyPair = async (): Promise<StandbyPair> => {
         text: server.output()
       }))
     const standbyUrl = `postgres://postgres@127.0.0.1:${standbyPort}/${name}`
-    return { dir, database, standbyUrl, link, serverLogs, stop }
+    const killPrimary = async () => {
+      const { child } = servers[0]!
+      if (child.exitCode !== null || child.signalCode !== null) return
+      const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()))
+      child.kill("SIGKILL")
+      await exited
+    }
+    const promoteStandby = async (how: "in place" | "by restart" = "in place") => {
+      if (how === "in place")
+        await run("pg_ctl", ["promote", "-D", standbyDir, "-w", "-t", String(startMsMax / 1_000)])
+      else {
+        // Started again without standby.signal: it ends recovery at start, a primary whose
+        // pg_postmaster_start_time is now (a replaced instance, as some managed failovers give).
+        await stopServer(servers[1]!)
+        await rm(join(standbyDir, "standby.signal"), { force: true })
+        servers[1] = startServer(standbyDir, asUser)
+        await waitReady(standbyPort, servers[1])
+      }
+      // It inherited the primary's settings (pg_basebackup): unchanged, every commit would wait for a
+      // synchronous standby it does not have.
+      const client = new pg.Client({
+        connectionString: `postgres://postgres@127.0.0.1:${standbyPort}/postgres`
+      })
+      await client.connect()
+      try {
+        await client.query("alter system set synchronous_standby_names = ''")
+        await client.query("select pg_reload_conf()")
+        const until = Date.now() + startMsMax
+        for (;;) {
+          const row = (
+            await client.query<{ writable: boolean }>(
+              "select not pg_is_in_recovery() and current_setting('synchronous_standby_names') = '' as writable"
+            )
+          ).rows[0]
+          if (row?.writable === true) return
+          if (Date.now() > until) throw new Error(`the standby was not promoted:\n${servers[1]!.output()}`)
+          await sleep(20)
+        }
+      } finally {
+        await client.end()
+      }
+    }
+    return { dir, database, standbyUrl, link, serverLogs, killPrimary, promoteStandby, stop }
   } catch (error) {
     await stop()
     throw error

@@ -67,7 +67,7 @@ describe("GET /readyz", () => {
     const tookMs = Date.now() - cutAt
     expect(down.body).toMatchObject({ status: "not_ready", down: ["postgres"] })
     // Fixed words only: Postgres's own text (hosts, ports, database and user names) stays in the log.
-    expect([postgresReasons.failed, postgresReasons.timedOut(readinessCheckTimeoutMs)]).toContain(
+    expect([postgresReasons.unreachable, postgresReasons.timedOut(readinessCheckTimeoutMs)]).toContain(
       (down.body["reasons"] as Record<string, unknown>)["postgres"]
     )
     expect(JSON.stringify(down.body)).not.toContain(String(postgresProxy.port))

@@ -5,7 +5,6 @@
  * real streaming standby of a Postgres 15 primary of this file's own (test/nemesis/standby.ts).
  */
 import { randomUUID } from "node:crypto"
-import net from "node:net"
 import { Writable } from "node:stream"
 import { Effect, Exit } from "effect"
 import pg from "pg"
@@ -21,39 +20,8 @@ import { notWritableReasons } from "../../src/store/postgres/writablePrimary.js"
 import { sleep } from "../cluster/cluster.js"
 import { acquireScoped, testDatabaseUrl } from "../support/database.js"
 import type { StandbyPair } from "../nemesis/standby.js"
+import { startTcpProxy } from "../support/tcpProxy.js"
 import { standbyAvailable, startStandbyPair } from "../nemesis/standby.js"
-
-/** A TCP proxy whose target can be switched; switching ends every connection through it (a failover). */
-const startSwitchableProxy = async (targetPort: number) => {
-  let target = targetPort
-  const sockets = new Set<net.Socket>()
-  const server = net.createServer((client) => {
-    const upstream = net.connect(target, "127.0.0.1")
-    for (const socket of [client, upstream]) {
-      sockets.add(socket)
-      socket.on("error", () => {})
-      socket.on("close", () => {
-        sockets.delete(socket)
-        client.destroy()
-        upstream.destroy()
-      })
-    }
-    client.pipe(upstream).pipe(client)
-  })
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
-  return {
-    port: (server.address() as net.AddressInfo).port,
-    switchTo: (port: number) => {
-      target = port
-      for (const socket of sockets) socket.destroy()
-    },
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const socket of sockets) socket.destroy()
-        server.close(() => resolve())
-      })
-  }
-}
 
 const portOf = (url: string): number => Number(new URL(url).port)
 
@@ -157,7 +125,7 @@ describe.skipIf(!standbyAvailable())("never serving from a standby (a real strea
   }, 60_000)
 
   it("refuses a standby, says why, and serves again once the address reaches the primary", async () => {
-    const proxy = await startSwitchableProxy(portOf(pair.standbyUrl))
+    const proxy = await startTcpProxy("127.0.0.1", portOf(pair.standbyUrl))
     const store = await storeAt(withPort(pair.database.url, proxy.port), schema)
     try {
       const onStandby = await loads(store.value)
@@ -169,7 +137,7 @@ describe.skipIf(!standbyAvailable())("never serving from a standby (a real strea
       )
       expect(saidOnStandby).toBe(notWritableReasons.inRecovery)
 
-      proxy.switchTo(portOf(pair.database.url))
+      proxy.retarget(portOf(pair.database.url))
       const saidOnPrimary = await readinessSays(store.value, undefined)
       const onPrimary = await loads(store.value)
       console.log(`on the primary: load ${onPrimary._tag}, /readyz postgres: ${String(saidOnPrimary)}`)

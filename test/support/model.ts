@@ -157,10 +157,31 @@ const pendingOf = (user: ModelUser, meter: string): Array<ModelHold> =>
 const reservedOf = (user: ModelUser, meter: string): number =>
   pendingOf(user, meter).reduce((sum, hold) => sum + Math.max(0, hold.amount - hold.consumed), 0)
 
-/** Adds `delta` to this period's usage; a refund takes it to 0 at the lowest. */
-const charge = (config: Config, state: ModelState, user: ModelUser, meter: string, delta: number): void => {
+/**
+ * Adds `delta` to this period's usage; a refund takes it to 0 at the lowest. A change records a
+ * `usage_recorded` event (revision 1.3) with what it changed; none when nothing changed.
+ */
+const charge = (
+  config: Config,
+  state: ModelState,
+  user: ModelUser,
+  meter: string,
+  delta: number,
+  source: { readonly source: "consume" | "commit" | "adjust"; readonly ref: string; readonly key?: string }
+): void => {
   const row = usageNow(config, state, user, meter)
-  user.usage[meter] = { ...row, used: Math.max(0, row.used + delta) }
+  const used = Math.max(0, row.used + delta)
+  user.usage[meter] = { ...row, used }
+  if (used === row.used || config.usageRecordedEvents === false) return
+  user.events.push({
+    event: "usage_recorded",
+    at: state.now,
+    meter,
+    periodStart: row.periodStart,
+    amount: used - row.used,
+    used,
+    ...source
+  })
 }
 
 /** PROTOCOL.md "Configuration": a meter that lists no thresholds has [0.8, 1]. */
@@ -405,7 +426,11 @@ const decideOne = (
       }
       hold.keys.push(command.key)
       hold.consumed += command.amount
-      charge(config, state, user, hold.meter, command.amount)
+      charge(config, state, user, hold.meter, command.amount, {
+        source: "consume",
+        ref: hold.id,
+        key: command.key
+      })
       return holdReply(config, state, user, "consumed", hold)
     }
     case "commit": {
@@ -417,7 +442,7 @@ const decideOne = (
       if (usedOf(config, state, user, hold.meter) + (total - hold.consumed) > amountMax) {
         return invalid("amount: used past 2^53-1")
       }
-      charge(config, state, user, hold.meter, total - hold.consumed)
+      charge(config, state, user, hold.meter, total - hold.consumed, { source: "commit", ref: hold.id })
       hold.consumed = total
       hold.state = "committed"
       return holdReply(config, state, user, "committed", hold)
@@ -452,7 +477,7 @@ const decideOne = (
         return invalid("amount: used past 2^53-1")
       }
       user.adjustments.push({ id: command.id, meter: command.meter, amount: command.amount })
-      charge(config, state, user, command.meter, command.amount)
+      charge(config, state, user, command.meter, command.amount, { source: "adjust", ref: command.id })
       return { status: "adjusted", id: command.id, ...meterFields(config, state, user, command.meter) }
     }
     case "acquire_slot": {
@@ -502,6 +527,9 @@ const decideOne = (
     }
     case "get_usage":
       return usageOf(config, state, user)
+    case "usage_history":
+      // The model keeps one period per meter; usage_history has tests of its own (test/billing).
+      throw new Error("usage_history is not modelled")
     case "list_holds": {
       // Creation order; holds created in the same millisecond in id order (code unit order).
       const listed = user.holds
@@ -644,6 +672,7 @@ export const allowedStatuses: Record<Command["op"], ReadonlyArray<string>> = {
   release_slot: ["released", "not_found"],
   get_usage: ["ok"],
   list_holds: ["ok"],
+  usage_history: ["ok", "unknown_meter"],
   set_plan: ["ok", "unknown_plan"],
   set_limit: ["ok", "unknown_meter"],
   tick: ["ok"]

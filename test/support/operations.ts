@@ -114,6 +114,8 @@ export const startServeInProcess = async (env: Record<string, string>): Promise<
 export interface ServedCoordinator {
   readonly prefix: string
   readonly natsUrl: string
+  /** Its own database (schema `quota`), for tests that read or seed rows. */
+  readonly databaseUrl: string
   readonly httpPort: number
   /** A client of this coordinator's prefix. */
   readonly client: QuotaClient
@@ -147,6 +149,7 @@ export const startServedCoordinator = async (
   return {
     prefix,
     natsUrl,
+    databaseUrl: database.url,
     httpPort: running.httpPort,
     client,
     close: async () => {

@@ -32,6 +32,11 @@ export interface TcpProxy {
   readonly resume: () => void
   /** Forwards again on the silent connections whose local port towards the server is one of these. */
   readonly resumePorts: (ports: ReadonlySet<number>) => void
+  /**
+   * Points the proxy at another port of the same host (a failover behind a stable address): every
+   * connection through it is dropped, and new ones reach the new target.
+   */
+  readonly retarget: (targetPort: number) => void
   readonly close: () => Promise<void>
 }
 
@@ -56,7 +61,8 @@ interface Pair {
 /** Reads and drops what arrives on a socket while the proxy loses bytes. */
 const discard = (_chunk: Buffer): void => {}
 
-export const startTcpProxy = async (targetHost: string, targetPort: number): Promise<TcpProxy> => {
+export const startTcpProxy = async (targetHost: string, firstTargetPort: number): Promise<TcpProxy> => {
+  let targetPort = firstTargetPort
   const pairs = new Set<Pair>()
   let silent: false | "held" | "lost" = false
   const drop = (pair: Pair) => {
@@ -147,6 +153,10 @@ export const startTcpProxy = async (targetHost: string, targetPort: number): Pro
         const port = pair.upstream?.localPort
         if (port !== undefined && ports.has(port)) forward(pair)
       }
+    },
+    retarget: (port) => {
+      targetPort = port
+      for (const pair of [...pairs]) drop(pair)
     },
     close: closeServer
   }

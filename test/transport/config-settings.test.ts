@@ -28,9 +28,11 @@ describe("readSettings", () => {
         maxBytes: 1_073_741_824,
         replicas: 1,
         duplicateWindowMs: 120_000,
-        outboxPerPartitionMax: 100_000
+        outboxPerPartitionMax: 100_000,
+        usageRecorded: true
       },
-      storeQueryTimeoutMs: 10_000
+      storeQueryTimeoutMs: 10_000,
+      usagePeriodsKept: 36
     })
   })
 
@@ -61,7 +63,9 @@ describe("readSettings", () => {
         QUOTA_EVENTS_DUPLICATE_WINDOW: "10m",
         QUOTA_EVENTS_OUTBOX_MAX: "500",
         QUOTA_CLOCK_OFFSET_MAX_MS: "250",
-        QUOTA_STORE_QUERY_TIMEOUT: "1s"
+        QUOTA_STORE_QUERY_TIMEOUT: "1s",
+        QUOTA_EVENTS_USAGE_RECORDED: "false",
+        QUOTA_USAGE_PERIODS_KEPT: "120"
       })
     ).toEqual({
       nats: { servers: ["nats://a:4222", "nats://b:4222"] },
@@ -87,9 +91,11 @@ describe("readSettings", () => {
         maxBytes: 2_097_152,
         replicas: 3,
         duplicateWindowMs: 600_000,
-        outboxPerPartitionMax: 500
+        outboxPerPartitionMax: 500,
+        usageRecorded: false
       },
-      storeQueryTimeoutMs: 1_000
+      storeQueryTimeoutMs: 1_000,
+      usagePeriodsKept: 120
     })
   })
 
@@ -142,7 +148,10 @@ describe("readSettings", () => {
     ["QUOTA_EVENTS_MAX_BYTES", "1024"],
     ["QUOTA_EVENTS_REPLICAS", "6"],
     ["QUOTA_EVENTS_DUPLICATE_WINDOW", "1m"],
-    ["QUOTA_EVENTS_OUTBOX_MAX", "0"]
+    ["QUOTA_EVENTS_OUTBOX_MAX", "0"],
+    ["QUOTA_EVENTS_USAGE_RECORDED", "billing"],
+    ["QUOTA_USAGE_PERIODS_KEPT", "35"],
+    ["QUOTA_USAGE_PERIODS_KEPT", "1201"]
   ])("refuses %s=%s naming the variable", async (variable, value) => {
     const error = await refusal({ [variable]: value })
     expect(error._tag).toBe("SettingsInvalid")

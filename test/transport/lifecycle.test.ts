@@ -199,6 +199,9 @@ describe("when the coordinator cannot decide", () => {
       enqueue: () => {
         throw new Error("boom")
       },
+      listUsage: () => {
+        throw new Error("boom")
+      },
       sweepOnce: Effect.succeed(0),
       residentActors: () => 0,
       slotWaiters: () => 0,

@@ -25,6 +25,9 @@ const holdingCoordinator = () => {
     enqueue: (command, reply) => {
       held.push({ command, reply })
     },
+    listUsage: () => {
+      throw new Error("not used")
+    },
     sweepOnce: Effect.succeed(0),
     residentActors: () => 0,
     slotWaiters: () => 0,

@@ -3,7 +3,7 @@
  * through GroupCommit writers, so concurrent actors share transactions. Every `pg` failure becomes
  * `StoreUnavailable` here, at the edge.
  */
-import { Context, Effect, Exit, Layer } from "effect"
+import { Clock, Context, Effect, Exit, Layer } from "effect"
 import type { Scope } from "effect"
 import pg from "pg"
 import type { StoreEvent, StoredUser } from "../../domain/events.js"
@@ -35,6 +35,10 @@ import { checkSchemaName, storeUnavailable } from "./errors.js"
 import type { LoadUserRow, RecallRow } from "./loadUser.js"
 import { loadUsersSql, recallSql, recalledFromRow, storedUserFromRow } from "./loadUser.js"
 import { fromStoredText, toStoredText } from "./storedText.js"
+import { toSafeInteger, toSafeIntegerOrNull } from "./bigints.js"
+import { makeUsageHistory } from "./usageHistory.js"
+import type { UsageRetention } from "./usageRetention.js"
+import { pruneUsagePeriods, usageRetentionIntervalMs } from "./usageRetention.js"
 import { makeLoadBatch } from "../LoadBatch.js"
 import { migrate } from "./migrate.js"
 import { ensureSettings } from "./settings.js"
@@ -182,15 +186,6 @@ const queryStatements = (schema: string) => ({
     order by user_id, meter`
 })
 
-/** A bigint that `pg` returned as text, as a JS number; it must be exact. */
-const toSafeInteger = (text: string): number => {
-  const value = Number(text)
-  if (!Number.isSafeInteger(value)) throw new Error(`${text} is not a safe integer`)
-  return value
-}
-const toSafeIntegerOrNull = (text: string | null): number | null =>
-  text === null ? null : toSafeInteger(text)
-
 /** Builds the store over an existing pool; the writer fiber lives in the caller's scope. */
 export const makePostgresStore = (
   options: PostgresStoreOptions
@@ -308,7 +303,10 @@ export const makePostgresStore = (
       return Effect.tap(submit(events, epoch), () => Effect.sync(() => outboxCounts.recorded(recording)))
     }
 
+    const usageHistory = makeUsageHistory(pool, schema)
     const store: PostgresStore = {
+      pastUsage: usageHistory.pastUsage,
+      listUsage: usageHistory.listUsage,
       load: (user, now) =>
         Effect.tryPromise({
           try: () =>
@@ -418,6 +416,8 @@ export interface PostgresStoreLayerOptions {
   readonly idleInTransactionMs?: number
   /** Client-side wait for a statement's answer (default storeQueryTimeoutMs); tests shorten it. */
   readonly queryTimeoutMs?: number
+  /** Delete the usage of periods older than kept (revision 1.3); absent: keep every period. */
+  readonly usageRetention?: UsageRetention
   readonly metrics?: MetricsRecorder
   readonly outboxCounts?: OutboxCounts
   readonly recordEvents?: boolean
@@ -509,6 +509,16 @@ export const postgresStoreLayer = (
           ? {}
           : { eventsPerCommitMax: options.eventsPerCommitMax })
       })
+      const retention = options.usageRetention
+      if (retention !== undefined) {
+        // A failed sweep is tried again at the next interval; nothing waits for it.
+        const sweep = Effect.flatMap(Clock.currentTimeMillis, (now) =>
+          Effect.ignore(pruneUsagePeriods(pool, schema, retention, now))
+        )
+        yield* Effect.forkScoped(
+          Effect.forever(Effect.andThen(sweep, Effect.sleep(usageRetentionIntervalMs)))
+        )
+      }
       return Context.make(Store, store as StoreShape).pipe(
         Context.add(Outbox, makePostgresOutbox(pool, schema, stored.createdAt))
       )

@@ -79,3 +79,47 @@ const schemaNamePattern = /^[a-z_][a-z0-9_]{0,62}$/
 /** The schema name, checked so that splicing it into SQL (quoted) is safe. */
 export const checkSchemaName = (schema: string): InvalidSchemaName | null =>
   schemaNamePattern.test(schema) ? null : new InvalidSchemaName({ schema })
+
+/**
+ * Socket errors and Postgres's own refusals that mean no server answers at the address now: refused
+ * or reset (the server died, a failover moved the address), unresolvable, or a server shutting down or
+ * starting (SQLSTATE 57P01-57P03).
+ */
+const connectionFailureCodes: ReadonlySet<string> = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "57P01",
+  "57P02",
+  "57P03"
+])
+
+/** `pg`'s words when a connection ends under it or its connect times out (it sets no code then). */
+const connectionFailureMessages = [/^Connection terminated/, /^timeout expired/, /connection timeout/i]
+
+/** How many causes deep connectionFailedIn looks (a StoreUnavailable over `pg`'s error is two). */
+const causeDepthMax = 4
+
+/**
+ * Whether `cause` (or what it wraps, as a StoreUnavailable wraps `pg`'s error) says the server could
+ * not be reached, rather than that it answered with an error: /readyz says which.
+ */
+export const connectionFailedIn = (cause: unknown): boolean => {
+  for (
+    let current = cause, depth = 0;
+    depth < causeDepthMax && typeof current === "object" && current !== null;
+    depth += 1
+  ) {
+    const { code, message } = current as { code?: unknown; message?: unknown }
+    if (typeof code === "string" && connectionFailureCodes.has(code)) return true
+    if (typeof message === "string" && connectionFailureMessages.some((pattern) => pattern.test(message)))
+      return true
+    current = (current as { cause?: unknown }).cause
+  }
+  return false
+}

@@ -57,8 +57,10 @@ export const ownershipStatements = (schema: string) => ({
   // SHARE a write holds on its owner rows (migration 0004): a row with a write in flight is skipped
   // this round (SKIP LOCKED) and claimed once that write has committed or failed, so no write of the
   // old epoch can land after the claim, and a paused writer holds back only its own partitions.
-  // $1 lists the wanted partitions in order of preference; at most $5 are taken (null: all), the
-  // preferred first among those whose lease ran out, then among those without a row. Only partitions
+  // $1 lists the wanted partitions in order of preference; at most $5 are taken (null: all): the
+  // claimer's own rows first (stepped down from after a member-lock loss: taking another's instead would
+  // leave its own to wait out their leases), then the preferred among those whose lease ran out, then
+  // among those without a row. Only partitions
   // without a row count towards `created`'s limit: counting rows held by others there (the first $5
   // wanted, whoever held them) left a partition that never had a row claimed by nobody, ever.
   claim: `
@@ -66,7 +68,7 @@ export const ownershipStatements = (schema: string) => ({
       select partition from "${schema}".partition_owners
       where partition = any($1::integer[])
         and (lease_expires_at < ${databaseNowMs} or owner = any($4::text[]))
-      order by array_position($1::integer[], partition)
+      order by owner = $2 desc, array_position($1::integer[], partition)
       limit $5
       for update skip locked
     ), taken as (

@@ -138,10 +138,10 @@ const statementTexts = (schema: string) => ({
                          $7::bigint[], $8::bigint[], $9::bigint[])`,
   // Thresholds crossed travel as comma-separated text: unnest flattens an array of arrays.
   upsertUsage: `
-    insert into "${schema}".usage_totals (user_id, meter, period_start, used, thresholds_crossed)
-    select user_id, meter, period_start, used, string_to_array(crossed, ',')::double precision[]
-    from unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[])
-      as row (user_id, meter, period_start, used, crossed)
+    insert into "${schema}".usage_totals (user_id, meter, period_start, used, thresholds_crossed, partition)
+    select user_id, meter, period_start, used, string_to_array(crossed, ',')::double precision[], partition
+    from unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::integer[])
+      as row (user_id, meter, period_start, used, crossed, partition)
     on conflict (user_id, meter, period_start) do update
       set used = excluded.used, thresholds_crossed = excluded.thresholds_crossed`,
   // Before the outbox rows: one transaction at a time records events of a partition, so a partition's
@@ -328,7 +328,8 @@ export const groupQueries = (
     text(usage, (row) => row.meter),
     integer(usage, (row) => storedPeriodStart(row.periodStart)),
     integer(usage, (row) => row.used),
-    text(usage, (row) => (row.thresholdsCrossed ?? []).join(","))
+    text(usage, (row) => (row.thresholdsCrossed ?? []).join(",")),
+    integer(usage, partitionOfRow)
   ])
   add(statements.upsertSlots, slotsSet.length, [
     identifiers(slotsSet, (row) => row.user),
