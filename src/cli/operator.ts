@@ -9,7 +9,7 @@
 import { UsageListRefused } from "../client/errors.js"
 import type { QuotaClient } from "../client/QuotaClient.js"
 import { meterNamePattern } from "../domain/config.js"
-import { amountMax, holdListLimitMax } from "../domain/limits.js"
+import { amountMax, holdListLimitMax, usageListLimitMax } from "../domain/limits.js"
 import type { Result } from "../domain/results.js"
 import type { ReportFormat } from "./operatorOutput.js"
 import {
@@ -37,14 +37,15 @@ export interface OperatorRequest {
 
 const holdStates = ["pending", "closed", "all"] as const
 
-const parseLimit = (text: string | undefined, option = "--limit"): number | undefined => {
+const parseLimit = (
+  text: string | undefined,
+  option = "--limit",
+  limitMax = holdListLimitMax
+): number | undefined => {
   if (text === undefined) return undefined
   const limit = /^\d+$/.test(text) ? Number(text) : NaN
-  // list_holds' and list_usage's limits are both 1 to 1 000 (PROTOCOL.md).
-  if (!Number.isSafeInteger(limit) || limit < 1 || limit > holdListLimitMax)
-    throw new UsageError(
-      `${option} must be an integer from 1 to ${holdListLimitMax}, got ${JSON.stringify(text)}`
-    )
+  if (!Number.isSafeInteger(limit) || limit < 1 || limit > limitMax)
+    throw new UsageError(`${option} must be an integer from 1 to ${limitMax}, got ${JSON.stringify(text)}`)
   return limit
 }
 
@@ -246,7 +247,7 @@ export const reportRequest = (
     meter,
     periodStart: parsePeriod(period),
     format: format as ReportFormat,
-    pageSize: parseLimit(options.pageSize, "--page-size")
+    pageSize: parseLimit(options.pageSize, "--page-size", usageListLimitMax)
   }
 }
 

@@ -18,41 +18,14 @@ import {
 } from "@nats-io/jetstream"
 import type { NatsConnection } from "@nats-io/transport-node"
 import { defaultStreamName } from "../config/eventSettings.js"
-import type { QuotaEvent as DecidedEvent } from "../domain/events.js"
-import { quotaEventKinds as decidedEventKinds } from "../domain/events.js"
+import type { QuotaEvent, QuotaEventKind } from "../domain/events.js"
 
 /**
  * `usage_recorded` (revision 1.3): a decision that changed a meter's `used`. Per user, meter and
  * period the `amount`s of these events add up to that period's `used`, exactly: a billing system that
  * keeps one per `eventId` charges what the coordinator enforced.
  */
-export interface UsageRecordedEvent {
-  readonly event: "usage_recorded"
-  readonly at: number
-  readonly meter: string
-  /** The period the change counts in (ms, UTC); null for a `none` meter. */
-  readonly periodStart: number | null
-  /** Signed: exactly how much `used` changed (a refund below what was consumed is negative). */
-  readonly amount: number
-  /** The meter's `used` in that period after the decision. */
-  readonly used: number
-  readonly source: "consume" | "commit" | "adjust"
-  /** The hold id (`consume`, `commit`) or the `adjust` id. */
-  readonly ref: string
-  /** A `consume`'s key; absent otherwise. */
-  readonly key?: string
-}
-
-/** Every event kind of PROTOCOL.md, as the wire carries them. */
-export type QuotaEvent = Exclude<DecidedEvent, { readonly event: "usage_recorded" }> | UsageRecordedEvent
-
-export type QuotaEventKind = QuotaEvent["event"]
-
-/** Every kind, in PROTOCOL.md's order. */
-export const quotaEventKinds: ReadonlyArray<QuotaEventKind> = [
-  ...(decidedEventKinds as ReadonlyArray<QuotaEventKind>).filter((kind) => kind !== "usage_recorded"),
-  "usage_recorded"
-]
+export type UsageRecordedEvent = Extract<QuotaEvent, { readonly event: "usage_recorded" }>
 
 /** An event as published: what the decision recorded, with its id, user and partition. */
 export type QuotaEventMessage = QuotaEvent & {

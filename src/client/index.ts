@@ -33,11 +33,10 @@ export type {
   EventDelivery,
   EventsOptions,
   EventSubscription,
-  QuotaEvent,
-  QuotaEventKind,
   QuotaEventMessage,
   UsageRecordedEvent
 } from "./events.js"
-export { quotaEventKinds } from "./events.js"
+export type { QuotaEvent, QuotaEventKind } from "../domain/events.js"
+export { quotaEventKinds } from "../domain/events.js"
 export { partitionOf } from "../domain/partition.js"
 export type * from "../domain/results.js"

@@ -17,6 +17,8 @@ import type {
   SlotResult,
   UnknownMeterResult,
   UnknownPlanResult,
+  UsageHistoryResult,
+  UsageListResult,
   UsageResult,
   WrongPartitionResult
 } from "../domain/results.js"
@@ -145,45 +147,10 @@ export interface ListUsageOptions extends WithRef {
 /** `usagePages`: the same as `list_usage` for every partition, paged until each answers `more: false`. */
 export type UsagePagesOptions = Omit<ListUsageOptions, "after">
 
-/** One period of a meter in a `usage_history` result. */
-export interface PeriodUsage {
-  /** The period's start (ms, UTC). */
-  readonly periodStart: number
-  readonly used: number
-}
-
-/** One meter's history: the current period always (`used` 0 if none), earlier ones only if used. */
-export interface MeterHistory {
-  readonly meter: string
-  readonly period: "month" | "day"
-  /** Newest first. */
-  readonly periods: ReadonlyArray<PeriodUsage>
-}
-
-export interface UsageHistoryOk {
-  readonly status: "ok"
-  /** One entry per meter, in the configuration's order. */
-  readonly history: ReadonlyArray<MeterHistory>
-}
-
-/** One user in a `list_usage` result. */
-export interface UserUsage {
-  readonly user: string
-  readonly used: number
-}
-
-export interface UsageListOk {
-  readonly status: "ok"
-  /** Ordered by the users' UTF-8 bytes, at most `limit` of them. */
-  readonly usage: ReadonlyArray<UserUsage>
-  /** More users follow: ask again with `after` set to the last user of `usage`. */
-  readonly more: boolean
-}
-
 /** One page of `usagePages`: a `list_usage` answer of `partition`. */
 export interface UsagePage {
   readonly partition: number
-  readonly usage: ReadonlyArray<UserUsage>
+  readonly usage: UsageListResult["usage"]
   /** This partition has more pages after this one. */
   readonly more: boolean
 }
@@ -206,9 +173,9 @@ export type GetUsageResult = Echoed<UsageResult | CommandRejected>
 export type ListHoldsResult = Echoed<HoldListResult | CommandRejected>
 export type SetPlanResult = Echoed<OkResult | UnknownPlanResult | CommandRejected>
 export type SetLimitResult = Echoed<OkResult | UnknownMeterResult | CommandRejected>
-export type UsageHistoryCommandResult = Echoed<UsageHistoryOk | UnknownMeterResult | CommandRejected>
+export type UsageHistoryCommandResult = Echoed<UsageHistoryResult | UnknownMeterResult | CommandRejected>
 /** No user, so no `wrong_partition`: the subject names the partition. */
-export type ListUsageResult = Echoed<UsageListOk | UnknownMeterResult | InvalidRequestResult>
+export type ListUsageResult = Echoed<UsageListResult | UnknownMeterResult | InvalidRequestResult>
 
 /** A hold that `withHold` runs work under (`reserve` answered `reserved` or `exists`). */
 export type GrantedHold = Echoed<HoldResult>
