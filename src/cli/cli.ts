@@ -1,6 +1,6 @@
 /**
  * The `quota-coordinator` command's subcommands: serve, migrate, demo, and the operator's (usage, holds,
- * set-plan, set-limit, release). Each takes `--help`. Arguments are parsed with Node's `util.parseArgs`
+ * set-plan, set-limit, release, report). Each takes `--help`. Arguments are parsed with Node's `util.parseArgs`
  * (strict: an unknown option is a usage error). Exit codes: 0 success, 1 a refusal by the coordinator
  * (operator subcommands) or a failed serve/migrate, 2 a usage, settings or connection error.
  * `runCli` returns the exit code; main.ts runs it for the process.
@@ -12,7 +12,14 @@ import type { Scope } from "effect"
 import { QuotaClient } from "../client/QuotaClient.js"
 import { readSettings } from "../config/settings.js"
 import { clientRequestTimeoutMs } from "../domain/limits.js"
-import { exitCode, operatorRequest, runOperatorRequest, UsageError } from "./operator.js"
+import {
+  exitCode,
+  operatorRequest,
+  reportRequest,
+  runOperatorRequest,
+  runReport,
+  UsageError
+} from "./operator.js"
 import { migrateOnly, serve } from "./serve.js"
 
 const settingsHelp = `Settings (environment):
@@ -38,8 +45,12 @@ Exit codes: 0 success, 1 refused by the coordinator (the reason on stderr), 2 us
 /** Where a run reads its settings and writes its output (the process's, or a test's). */
 export interface CliIo {
   readonly env: NodeJS.ProcessEnv
-  readonly stdout: (text: string) => void
+  /** A promise it returns is awaited by `report`: the writer's buffer is full until it settles. */
+  readonly stdout: (text: string) => unknown
   readonly stderr: (text: string) => void
+  /** Whether stdout and stderr are terminals (default false): `report` shows progress only on one. */
+  readonly stdoutIsTerminal?: boolean
+  readonly stderrIsTerminal?: boolean
 }
 
 interface Subcommand {
@@ -68,6 +79,21 @@ const noPositionals = (command: string, positionals: ReadonlyArray<string>): voi
     throw new UsageError(`${command} takes no arguments, got ${JSON.stringify(positionals[0])}`)
 }
 
+/** The client an operator subcommand sends with: the settings serve uses, a short timeout, 3 attempts. */
+const operatorClient = async (io: CliIo): Promise<() => Promise<QuotaClient>> => {
+  const settings = await Effect.runPromise(readSettings(io.env)).catch((error: unknown) => {
+    throw new UsageError(error instanceof Error ? error.message : String(error))
+  })
+  return () =>
+    QuotaClient.connect({
+      env: io.env,
+      prefix: settings.prefix,
+      partitions: settings.partitions,
+      timeoutMs: clientRequestTimeoutMs,
+      retry: { attemptsMax: 3 }
+    })
+}
+
 /** An operator subcommand: one request over NATS, printed; its exit code says how it went. */
 const operatorSubcommand = (
   name: string,
@@ -84,22 +110,8 @@ const operatorSubcommand = (
         state: values["state"] as string | undefined,
         limit: values["limit"] as string | undefined
       })
-      const settings = await Effect.runPromise(readSettings(io.env)).catch((error: unknown) => {
-        throw new UsageError(error instanceof Error ? error.message : String(error))
-      })
-      const outcome = await runOperatorRequest(
-        () =>
-          QuotaClient.connect({
-            env: io.env,
-            prefix: settings.prefix,
-            partitions: settings.partitions,
-            timeoutMs: clientRequestTimeoutMs,
-            retry: { attemptsMax: 3 }
-          }),
-        request,
-        values["json"] === true
-      )
-      io.stdout(outcome.stdout)
+      const outcome = await runOperatorRequest(await operatorClient(io), request, values["json"] === true)
+      await io.stdout(outcome.stdout)
       io.stderr(outcome.stderr)
       return outcome.code
     }
@@ -189,7 +201,50 @@ seed's race with real concurrency next to what the seed's system did, then runs 
     "release",
     "release a user's pending hold that an operator decided to free (release, on .ops)",
     "release USER ID [--json]"
-  )
+  ),
+  report: {
+    summary:
+      "every user's usage of a meter in one period, from every partition (list_usage), as CSV or JSON lines",
+    help: `Usage: quota-coordinator report METER [PERIOD] [--format csv|jsonl] [--page-size N]
+
+Writes every user's used of METER in one period, from every partition's list_usage (partitions 0 to
+QUOTA_PARTITIONS - 1, users by their UTF-8 bytes), to stdout page by page: memory holds one page of
+at most --page-size users, however many there are. Only users whose used is above 0 are listed. A period's
+figures are final once it has ended: run it after the period, for billing.
+
+PERIOD, which must be one of the meter's periods:
+  YYYY-MM      a month meter's month (2026-10)
+  YYYY-MM-DD   a day meter's day (2026-10-31); for a month meter only its first day, YYYY-MM-01
+  - or none    a none meter (a gauge such as storage): its current value
+
+--format csv    (default) header user,meter,periodStart,used; RFC 4180: CRLF line ends, a field with a
+                comma, quote, CR or LF quoted and its quotes doubled; periodStart is the UTC date
+                (2026-10-01), empty for a none meter
+--format jsonl  one {"user","meter","periodStart","used"} object per line; periodStart in ms since the
+                epoch as events carry it (null for a none meter)
+--page-size N   users per list_usage request, 1 to 1000 (default 1000): smaller replies, more requests
+
+On a terminal, stderr shows a progress line, and users shown on stdout have their control characters
+escaped; redirected, the output is exactly the coordinator's values.
+
+Sent over NATS with the settings serve uses (NATS_URL, QUOTA_PREFIX, QUOTA_PARTITIONS).
+Exit codes: 0 every partition listed, 1 refused by the coordinator (unknown_meter), 2 usage or
+connection error (invalid_request: PERIOD is not one of the meter's periods). After a non-zero exit
+the output is incomplete.`,
+    options: { format: { type: "string" }, "page-size": { type: "string" } },
+    run: async (positionals, values, io) => {
+      const request = reportRequest(positionals, {
+        format: values["format"] as string | undefined,
+        pageSize: values["page-size"] as string | undefined
+      })
+      return await runReport(await operatorClient(io), request, {
+        stdout: io.stdout,
+        stderr: io.stderr,
+        stdoutIsTerminal: io.stdoutIsTerminal === true,
+        stderrIsTerminal: io.stderrIsTerminal === true
+      })
+    }
+  }
 }
 
 const mainHelp = `quota-coordinator: holds, usage limits and fairness slots, one writer per user, durable in Postgres, over NATS.

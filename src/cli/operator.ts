@@ -3,12 +3,22 @@
  * command over NATS with the settings `serve` uses (QUOTA_PREFIX, QUOTA_PARTITIONS and the NATS
  * connection), prints a readable table (or with `--json` the result as one line of JSON) and exits
  * 0 on success, 1 when the coordinator refused (`unknown_plan`, `not_found`, ...) and 2 on a usage
- * error or when the coordinator could not be reached.
+ * error or when the coordinator could not be reached. `report` walks every partition's `list_usage`
+ * (revision 1.3) and streams CSV or JSON lines, with the same exit codes.
  */
+import { UsageListRefused } from "../client/errors.js"
 import type { QuotaClient } from "../client/QuotaClient.js"
-import { amountMax, holdListLimitMax } from "../domain/limits.js"
+import { meterNamePattern } from "../domain/config.js"
+import { amountMax, holdListLimitMax, usageListLimitMax } from "../domain/limits.js"
 import type { Result } from "../domain/results.js"
-import { describeResult, jsonTerminalSafe, terminalSafe } from "./operatorOutput.js"
+import type { ReportFormat } from "./operatorOutput.js"
+import {
+  describeResult,
+  jsonTerminalSafe,
+  reportCsvHeader,
+  reportLines,
+  terminalSafe
+} from "./operatorOutput.js"
 
 /** Exit codes of the operator's subcommands. */
 export const exitCode = { ok: 0, refused: 1, usage: 2 } as const
@@ -27,13 +37,15 @@ export interface OperatorRequest {
 
 const holdStates = ["pending", "closed", "all"] as const
 
-const parseLimit = (text: string | undefined): number | undefined => {
+const parseLimit = (
+  text: string | undefined,
+  option = "--limit",
+  limitMax = holdListLimitMax
+): number | undefined => {
   if (text === undefined) return undefined
   const limit = /^\d+$/.test(text) ? Number(text) : NaN
-  if (!Number.isSafeInteger(limit) || limit < 1 || limit > holdListLimitMax)
-    throw new UsageError(
-      `--limit must be an integer from 1 to ${holdListLimitMax}, got ${JSON.stringify(text)}`
-    )
+  if (!Number.isSafeInteger(limit) || limit < 1 || limit > limitMax)
+    throw new UsageError(`${option} must be an integer from 1 to ${limitMax}, got ${JSON.stringify(text)}`)
   return limit
 }
 
@@ -178,5 +190,134 @@ const send = (client: QuotaClient, request: OperatorRequest): Promise<Result> =>
       return client.release(command)
     default:
       return Promise.reject(new Error(`bug: no client call for ${request.command.op}`))
+  }
+}
+
+/** `report METER [PERIOD] [--format csv|jsonl]`, checked. */
+export interface ReportRequest {
+  readonly meter: string
+  /** The period's start (ms, UTC); null for a `none` meter (PERIOD `-` or omitted). */
+  readonly periodStart: number | null
+  readonly format: ReportFormat
+  /** Users per `list_usage` page (1 to 1 000); undefined: the coordinator's default, 1 000. */
+  readonly pageSize: number | undefined
+}
+
+const reportFormats: ReadonlyArray<ReportFormat> = ["csv", "jsonl"]
+
+/**
+ * PERIOD as `report` takes it: `YYYY-MM` is the month's start (a `month` meter), `YYYY-MM-DD` the
+ * day's (a `day` meter), `-` or nothing no period (a `none` meter). Which form fits is the meter's to
+ * say: the coordinator answers `invalid_request` to a start that is not one of the meter's periods.
+ */
+export const parsePeriod = (text: string | undefined): number | null => {
+  if (text === undefined || text === "-") return null
+  const match = /^(\d{4})-(\d{2})(?:-(\d{2}))?$/.exec(text)
+  const [year, month, day] = [Number(match?.[1]), Number(match?.[2]), Number(match?.[3] ?? "1")]
+  const start = Date.UTC(year, month - 1, day)
+  const date = new Date(start)
+  // Date.UTC rolls 2026-02-30 over into March: a date that does not read back is not a date.
+  if (
+    match === null ||
+    year < 1970 ||
+    date.getUTCFullYear() !== year ||
+    date.getUTCMonth() !== month - 1 ||
+    date.getUTCDate() !== day
+  )
+    throw new UsageError(
+      `PERIOD must be YYYY-MM (a month meter), YYYY-MM-DD (a day meter) or - (a none meter), got ${JSON.stringify(text)}`
+    )
+  return start
+}
+
+/** Builds `report`'s request from its positionals and options; throws UsageError. */
+export const reportRequest = (
+  args: ReadonlyArray<string>,
+  options: { readonly format?: string | undefined; readonly pageSize?: string | undefined }
+): ReportRequest => {
+  if (args.length === 0) throw new UsageError("missing METER")
+  if (args.length > 2) throw new UsageError(`unexpected argument ${JSON.stringify(args[2])}`)
+  const [meter, period] = args as [string, string | undefined]
+  if (!meterNamePattern.test(meter))
+    throw new UsageError(`METER must match ${meterNamePattern.source}, got ${JSON.stringify(meter)}`)
+  const format = options.format ?? "csv"
+  if (!(reportFormats as ReadonlyArray<string>).includes(format))
+    throw new UsageError(`--format must be csv or jsonl, got ${JSON.stringify(format)}`)
+  return {
+    meter,
+    periodStart: parsePeriod(period),
+    format: format as ReportFormat,
+    pageSize: parseLimit(options.pageSize, "--page-size", usageListLimitMax)
+  }
+}
+
+/** Where `report` writes: rows to `stdout` (awaited, so a slow reader holds the walk back), the rest to `stderr`. */
+export interface ReportIo {
+  readonly stdout: (text: string) => unknown
+  readonly stderr: (text: string) => void
+  /** stdout is a terminal: users are made inert before they are shown. */
+  readonly stdoutIsTerminal: boolean
+  /** stderr is a terminal: a progress line is kept up to date there. */
+  readonly stderrIsTerminal: boolean
+}
+
+/** Erases the progress line (carriage return, erase to the end of the line). */
+const clearLine = "\r\u001b[K"
+
+/**
+ * Connects, walks every partition's `list_usage` and writes each page as it comes: memory holds one
+ * page, whatever the deployment holds. Resolves with the exit code: 0 every partition listed, 1 the
+ * coordinator refused (`unknown_meter`), 2 a usage error (`invalid_request`: a PERIOD that is not one
+ * of the meter's periods) or a connection failure. Output before a non-zero exit is incomplete.
+ */
+export const runReport = async (
+  connect: () => Promise<QuotaClient>,
+  request: ReportRequest,
+  io: ReportIo
+): Promise<number> => {
+  let client: QuotaClient
+  try {
+    client = await connect()
+  } catch (error) {
+    io.stderr(unreachable(error).stderr)
+    return exitCode.usage
+  }
+  let users = 0
+  const progress = (partition: number) => {
+    if (io.stderrIsTerminal)
+      io.stderr(`${clearLine}report: partition ${partition + 1} of ${client.partitions}, ${users} users`)
+  }
+  try {
+    // The header goes with the first answer: a refused report (unknown_meter) writes nothing to stdout.
+    let header = request.format === "csv" ? reportCsvHeader : ""
+    const pages = client.usagePages({
+      meter: request.meter,
+      ...(request.periodStart === null ? {} : { periodStart: request.periodStart }),
+      ...(request.pageSize === undefined ? {} : { limit: request.pageSize })
+    })
+    for await (const page of pages) {
+      if (page.usage.length > 0 || header !== "")
+        await io.stdout(
+          header +
+            reportLines(request.format, request.meter, request.periodStart, page.usage, io.stdoutIsTerminal)
+        )
+      header = ""
+      users += page.usage.length
+      progress(page.partition)
+    }
+    if (io.stderrIsTerminal)
+      io.stderr(`${clearLine}report: ${client.partitions} partitions, ${users} users\n`)
+    return exitCode.ok
+  } catch (error) {
+    if (io.stderrIsTerminal) io.stderr(clearLine)
+    if (!(error instanceof UsageListRefused)) {
+      io.stderr(unreachable(error).stderr)
+      return exitCode.usage
+    }
+    const command = { op: "list_usage", user: "", meter: request.meter }
+    io.stderr(`${terminalSafe(describeResult(command, error.result))} (partition ${error.partition})\n`)
+    return usageStatuses.has(error.result.status) ? exitCode.usage : exitCode.refused
+  } finally {
+    await client.close().catch(() => undefined)
   }
 }

@@ -146,3 +146,46 @@ export const describeResult = (
       return result.status
   }
 }
+
+/** `report`'s output formats: CSV (RFC 4180) or one JSON object per line. */
+export type ReportFormat = "csv" | "jsonl"
+
+export const reportCsvHeader = "user,meter,periodStart,used\r\n"
+
+/**
+ * One CSV field as RFC 4180 writes it: quoted, its quotes doubled, when it holds a quote, a comma,
+ * CR or LF; as it is otherwise. Values are never altered otherwise: a billing file carries the users
+ * the coordinator knows, byte for byte.
+ */
+export const csvField = (value: string): string =>
+  /[",\r\n]/.test(value) ? `"${value.replaceAll('"', '""')}"` : value
+
+/** The period start as the CSV shows it: its UTC date (`2026-10-01`), empty for a `none` meter. */
+const csvPeriod = (periodStart: number | null): string =>
+  periodStart === null ? "" : isoTime(periodStart).slice(0, 10)
+
+/**
+ * The lines of one page of `report`, ready to write at once. CSV lines end in CRLF (RFC 4180); with
+ * `toTerminal` each user is made inert first (`terminalSafe`), since a terminal, not a file, reads it.
+ * JSON lines carry `periodStart` as the wire and `usage_recorded` do (ms, or null), so a program can
+ * match them against events; their controls are escaped as JSON (`jsonTerminalSafe`), the same value.
+ */
+export const reportLines = (
+  format: ReportFormat,
+  meter: string,
+  periodStart: number | null,
+  usage: ReadonlyArray<{ readonly user: string; readonly used: number }>,
+  toTerminal: boolean
+): string => {
+  if (format === "jsonl")
+    return usage
+      .map(
+        (row) =>
+          `${jsonTerminalSafe(JSON.stringify({ user: row.user, meter, periodStart, used: row.used }))}\n`
+      )
+      .join("")
+  const tail = `,${csvField(meter)},${csvPeriod(periodStart)},`
+  return usage
+    .map((row) => `${csvField(toTerminal ? terminalSafe(row.user) : row.user)}${tail}${row.used}\r\n`)
+    .join("")
+}

@@ -26,7 +26,8 @@ import {
   QuotaRetriesExhausted,
   QuotaServiceError,
   QuotaTransportError,
-  SlotWaitAborted
+  SlotWaitAborted,
+  UsageListRefused
 } from "./errors.js"
 import type { QuotaClientOptions, ResolvedOptions } from "./options.js"
 import { resolveOptions } from "./options.js"
@@ -43,6 +44,8 @@ import type {
   HoldChangeResult,
   ListHoldsInput,
   ListHoldsResult,
+  ListUsageOptions,
+  ListUsageResult,
   ReleaseInput,
   ReleaseSlotInput,
   RenewSlotInput,
@@ -52,7 +55,11 @@ import type {
   SetLimitResult,
   SetPlanInput,
   SetPlanResult,
-  SlotCommandResult
+  SlotCommandResult,
+  UsageHistoryOptions,
+  UsageHistoryCommandResult,
+  UsagePage,
+  UsagePagesOptions
 } from "./types.js"
 import type { HoldInput, HoldWork, HoldWorkDone, HoldWorkOutcome } from "./withHold.js"
 import { withHold } from "./withHold.js"
@@ -149,6 +156,14 @@ export interface QuotaClientEffects {
   readonly setPlan: (input: SetPlanInput) => Effect.Effect<SetPlanResult, QuotaClientError>
   readonly setLimit: (input: SetLimitInput) => Effect.Effect<SetLimitResult, QuotaClientError>
   readonly listHolds: (input: ListHoldsInput) => Effect.Effect<ListHoldsResult, QuotaClientError>
+  readonly usageHistory: (
+    user: string,
+    options?: UsageHistoryOptions
+  ) => Effect.Effect<UsageHistoryCommandResult, QuotaClientError>
+  readonly listUsage: (
+    partition: number,
+    options: ListUsageOptions
+  ) => Effect.Effect<ListUsageResult, QuotaClientError>
 }
 
 const isQuotaClientError = (error: unknown): error is QuotaClientError =>
@@ -235,8 +250,17 @@ export class QuotaClient {
       getUsage: lift((input) => this.getUsage(input)),
       setPlan: lift((input) => this.setPlan(input)),
       setLimit: lift((input) => this.setLimit(input)),
-      listHolds: lift((input) => this.listHolds(input))
+      listHolds: lift((input) => this.listHolds(input)),
+      usageHistory: (user, options) =>
+        Effect.tryPromise({ try: () => this.usageHistory(user, options), catch: toQuotaClientError }),
+      listUsage: (partition, options) =>
+        Effect.tryPromise({ try: () => this.listUsage(partition, options), catch: toQuotaClientError })
     }
+  }
+
+  /** The deployment's partition count the client routes by (`list_usage` walks 0 to partitions - 1). */
+  get partitions(): number {
+    return this.options.partitions
   }
 
   /** The subject a user's commands of this kind go to: `{prefix}.v1.{partition}.{kind}`. */
@@ -332,6 +356,59 @@ export class QuotaClient {
   /** Administration: a user's holds, oldest first, with `more` when `limit` cut the list. */
   listHolds(input: ListHoldsInput): Promise<ListHoldsResult> {
     return this.send<ListHoldsResult>("admin", { ...input, op: "list_holds" })
+  }
+
+  /**
+   * Administration (revision 1.3): the user's `used` per period of each `month` or `day` meter (or of
+   * `options.meter`), newest first, the current period always.
+   */
+  usageHistory(user: string, options: UsageHistoryOptions = {}): Promise<UsageHistoryCommandResult> {
+    return this.send<UsageHistoryCommandResult>("admin", { ...options, user, op: "usage_history" })
+  }
+
+  /**
+   * Administration (revision 1.3): one page of `partition`'s users whose `used` in the period is above
+   * 0, by their UTF-8 bytes; with `more`, ask again with `after` set to the last user. Sent to the
+   * partition's `.admin` subject, with no user.
+   */
+  listUsage(partition: number, options: ListUsageOptions): Promise<ListUsageResult> {
+    if (!Number.isInteger(partition) || partition < 0 || partition >= this.options.partitions)
+      return Promise.reject(
+        new RangeError(
+          `partition must be an integer from 0 to ${this.options.partitions - 1}, got ${partition}`
+        )
+      )
+    const subject = `${this.options.prefix}.v1.${partition}.admin`
+    // The coordinator answers list_usage with list_usage's result shapes; the type records which.
+    return this.dispatcher.submit(subject, { ...options, op: "list_usage" }) as Promise<ListUsageResult>
+  }
+
+  /**
+   * Every partition's `list_usage` of one meter and period, page by page: partition 0 to the last, each
+   * paged with `after` until it answers `more: false`. One request in flight at a time, so memory
+   * stays one page (at most `limit` users) whatever the deployment holds. A refusal ends the walk with
+   * `UsageListRefused`; a failure to reach a partition with the `QuotaClientError` of that request.
+   * A billing job runs it after the period ended, when its figures are final (PROTOCOL 1.3).
+   */
+  async *usagePages(options: UsagePagesOptions): AsyncGenerator<UsagePage, void, undefined> {
+    for (let partition = 0; partition < this.options.partitions; partition++) {
+      let after: string | undefined
+      for (;;) {
+        const result = await this.listUsage(partition, after === undefined ? options : { ...options, after })
+        if (result.status !== "ok") throw new UsageListRefused({ partition, meter: options.meter, result })
+        yield { partition, usage: result.usage, more: result.more }
+        if (!result.more) break
+        const last = result.usage.at(-1)
+        // `more` with no user to go on from: asking again would get the same page forever.
+        if (last === undefined)
+          throw new QuotaTransportError({
+            subject: `${this.options.prefix}.v1.${partition}.admin`,
+            op: "list_usage",
+            reason: "reply says more with an empty usage list"
+          })
+        after = last.user
+      }
+    }
   }
 
   /**

@@ -6,6 +6,7 @@
  */
 import { Data } from "effect"
 import type { LimitBound, Result, SlotResult } from "../domain/results.js"
+import type { ListUsageResult } from "./types.js"
 
 /** Why the last attempt of a retried command failed. */
 export type RetryReason = "unavailable" | "overloaded" | "no_responders" | "timeout"
@@ -223,6 +224,21 @@ export class SlotWaitAborted extends Data.TaggedError("SlotWaitAborted")<{
     const withdrawn = this.withdrawn === undefined ? "" : `, withdraw answered ${this.withdrawn}`
     const released = this.released === undefined ? "" : `, release answered ${this.released}`
     return `quota: slot wait of job ${JSON.stringify(this.job)} of user ${JSON.stringify(this.user)} (waitMs ${this.waitMs}) aborted${withdrawn}${released}`
+  }
+}
+
+/**
+ * `usagePages`: a partition answered `list_usage` with a refusal (`unknown_meter`, or
+ * `invalid_request`: a `periodStart` that is not one of the meter's periods, or given for a `none`
+ * meter). The pages yielded before it were the meter's all the same; the walk stops here.
+ */
+export class UsageListRefused extends Data.TaggedError("UsageListRefused")<{
+  readonly partition: number
+  readonly meter: string
+  readonly result: Exclude<ListUsageResult, { readonly status: "ok" }>
+}> {
+  override get message(): string {
+    return `quota: list_usage of meter ${JSON.stringify(this.meter)} on partition ${this.partition} refused: ${describeResult(this.result)}`
   }
 }
 

@@ -20,6 +20,13 @@ import type { NatsConnection } from "@nats-io/transport-node"
 import { defaultStreamName } from "../config/eventSettings.js"
 import type { QuotaEvent, QuotaEventKind } from "../domain/events.js"
 
+/**
+ * `usage_recorded` (revision 1.3): a decision that changed a meter's `used`. Per user, meter and
+ * period the `amount`s of these events add up to that period's `used`, exactly: a billing system that
+ * keeps one per `eventId` charges what the coordinator enforced.
+ */
+export type UsageRecordedEvent = Extract<QuotaEvent, { readonly event: "usage_recorded" }>
+
 /** An event as published: what the decision recorded, with its id, user and partition. */
 export type QuotaEventMessage = QuotaEvent & {
   readonly eventId: string

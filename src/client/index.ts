@@ -17,7 +17,8 @@ export {
   SlotBusy,
   SlotLeaseLost,
   SlotNotGranted,
-  SlotWaitAborted
+  SlotWaitAborted,
+  UsageListRefused
 } from "./errors.js"
 export type { QuotaClientError, RetryReason } from "./errors.js"
 /** What `QuotaClient.connect` rejects with: a setting or file that cannot be used, or a refused connection. */
@@ -28,7 +29,13 @@ export type { HoldInput, HoldWork, HoldWorkDone, HoldWorkOutcome } from "./withH
 export type { CoordinatorInfo } from "./subjectSettings.js"
 export { discoverCoordinators } from "./subjectSettings.js"
 export type { AcquireSlotOptions, SlotInput, SlotWork } from "./withSlot.js"
-export type { EventDelivery, EventsOptions, EventSubscription, QuotaEventMessage } from "./events.js"
+export type {
+  EventDelivery,
+  EventsOptions,
+  EventSubscription,
+  QuotaEventMessage,
+  UsageRecordedEvent
+} from "./events.js"
 export type { QuotaEvent, QuotaEventKind } from "../domain/events.js"
 export { quotaEventKinds } from "../domain/events.js"
 export { partitionOf } from "../domain/partition.js"

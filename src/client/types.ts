@@ -17,6 +17,8 @@ import type {
   SlotResult,
   UnknownMeterResult,
   UnknownPlanResult,
+  UsageHistoryResult,
+  UsageListResult,
   UsageResult,
   WrongPartitionResult
 } from "../domain/results.js"
@@ -113,6 +115,46 @@ export interface SetLimitInput extends WithRef {
   readonly limit: number | null
 }
 
+/**
+ * `usage_history` (revision 1.3, `.admin`): a user's `used` per past period, newest first. The user is
+ * the method's first argument.
+ */
+export interface UsageHistoryOptions extends WithRef {
+  /** One meter whose period is `month` or `day` (else `invalid_request`); default every such meter. */
+  readonly meter?: string
+  /** How many calendar periods back, the current one counted: 1 to 36, default 12. */
+  readonly periods?: number
+}
+
+/**
+ * `list_usage` (revision 1.3), sent to one partition's `.admin` subject with no user: every user of the
+ * partition whose `used` in one period is above 0, by the users' UTF-8 bytes. The partition is the
+ * method's first argument.
+ */
+export interface ListUsageOptions extends WithRef {
+  readonly meter: string
+  /**
+   * The start (ms, UTC) of one of the meter's periods, not later than the current one: required for a
+   * `month` or `day` meter, absent for a `none` meter (whose current value is listed).
+   */
+  readonly periodStart?: number
+  /** List the users after this one (1 to 256 bytes): the last user of the previous page. */
+  readonly after?: string
+  /** At most this many users: 1 to 1 000, default 1 000. */
+  readonly limit?: number
+}
+
+/** `usagePages`: the same as `list_usage` for every partition, paged until each answers `more: false`. */
+export type UsagePagesOptions = Omit<ListUsageOptions, "after">
+
+/** One page of `usagePages`: a `list_usage` answer of `partition`. */
+export interface UsagePage {
+  readonly partition: number
+  readonly usage: UsageListResult["usage"]
+  /** This partition has more pages after this one. */
+  readonly more: boolean
+}
+
 /** A result as it comes off the wire: with the command's `ref` when it carried one. */
 export type Echoed<R> = R & { readonly ref?: string }
 
@@ -131,6 +173,9 @@ export type GetUsageResult = Echoed<UsageResult | CommandRejected>
 export type ListHoldsResult = Echoed<HoldListResult | CommandRejected>
 export type SetPlanResult = Echoed<OkResult | UnknownPlanResult | CommandRejected>
 export type SetLimitResult = Echoed<OkResult | UnknownMeterResult | CommandRejected>
+export type UsageHistoryCommandResult = Echoed<UsageHistoryResult | UnknownMeterResult | CommandRejected>
+/** No user, so no `wrong_partition`: the subject names the partition. */
+export type ListUsageResult = Echoed<UsageListResult | UnknownMeterResult | InvalidRequestResult>
 
 /** A hold that `withHold` runs work under (`reserve` answered `reserved` or `exists`). */
 export type GrantedHold = Echoed<HoldResult>

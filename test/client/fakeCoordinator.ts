@@ -14,6 +14,7 @@ export const natsUrl = "nats://127.0.0.1:4222"
 /** Unique per test file and run, so parallel files never share subjects. */
 export const randomPrefix = (label: string): string => `qc${label}${randomUUID().slice(0, 8)}`
 
+/** `user` is absent only on `list_usage`, which names no user. */
 export type Command = Record<string, unknown> & { readonly op: string; readonly user: string }
 export type Answer = Record<string, unknown> & { readonly status: string }
 
@@ -132,9 +133,13 @@ export class FakeCoordinator {
   }
 
   private decide(command: Command, message: ReceivedMessage): Answer {
-    if (partitionOf(command.user, this.options.partitions) !== message.partition)
+    // list_usage (revision 1.3) has no user: the subject names the partition it lists.
+    if (
+      command.op !== "list_usage" &&
+      partitionOf(command.user, this.options.partitions) !== message.partition
+    )
       return { status: "wrong_partition" }
-    const adminOps = ["set_plan", "set_limit", "get_usage"]
+    const adminOps = ["set_plan", "set_limit", "get_usage", "usage_history", "list_usage"]
     if (message.kind === "admin" && !adminOps.includes(command.op)) {
       return { status: "invalid_request", error: `op: ${command.op} is not an admin operation` }
     }

@@ -264,6 +264,11 @@ const retryAttemptMin = 10 * time.Millisecond
 // attempt gets what is left (half of it, or the request timeout if shorter), and no message waits for
 // its reply past the deadline.
 func (c *Client) call(ctx context.Context, kind subjectKind, about target, op string, command any, wait time.Duration) (wireResult, error) {
+	return c.callSubject(ctx, c.subject(about.user, kind), about, op, command, wait)
+}
+
+// callSubject is call on a subject named by the caller: list_usage names a partition, not a user.
+func (c *Client) callSubject(ctx context.Context, subject string, about target, op string, command any, wait time.Duration) (wireResult, error) {
 	body, err := json.Marshal(command)
 	if err != nil {
 		return wireResult{}, fmt.Errorf("quota: %s of %s: encoding the command: %w", op, about, err)
@@ -275,7 +280,6 @@ func (c *Client) call(ctx context.Context, kind subjectKind, about target, op st
 	}
 	deadline, _ := ctx.Deadline()
 	started := time.Now()
-	subject := c.subject(about.user, kind)
 	var reason RetryReason
 	stopped := func(attempts int, err error) error {
 		if reason != "" {

@@ -119,6 +119,30 @@ type ListHolds struct {
 	Ref   string
 }
 
+// UsageHistory asks for User's used per past period, newest first (administration, revision 1.3).
+// Meter empty: every meter whose period is month or day (a none meter is invalid_request); Periods
+// zero: 12 (1 to 36), the current period counted.
+type UsageHistory struct {
+	User    string
+	Meter   string
+	Periods int
+	Ref     string
+}
+
+// ListUsage asks one partition for its users whose used in one period of Meter is above 0, by their
+// UTF-8 bytes (administration, revision 1.3; sent to the partition's .admin subject, with no user).
+// PeriodStart is the start of one of the meter's periods, not later than the current one; zero for a
+// none meter, whose current value is listed. After: list the users after it (the last user of the
+// previous page). Limit zero: 1000 (1 to 1000).
+type ListUsage struct {
+	Partition   int
+	Meter       string
+	PeriodStart time.Time
+	After       string
+	Limit       int
+	Ref         string
+}
+
 // Int64 returns a pointer to n: for Commit.Amount and SetLimit.Limit.
 func Int64(n int64) *int64 { return &n }
 
@@ -213,6 +237,24 @@ type listHoldsCommand struct {
 	State HoldFilter `json:"state,omitempty"`
 	Limit int        `json:"limit,omitempty"`
 	Ref   string     `json:"ref,omitempty"`
+}
+
+type usageHistoryCommand struct {
+	Op      string `json:"op"`
+	User    string `json:"user"`
+	Meter   string `json:"meter,omitempty"`
+	Periods int    `json:"periods,omitempty"`
+	Ref     string `json:"ref,omitempty"`
+}
+
+// No user: the subject names the partition.
+type listUsageCommand struct {
+	Op          string `json:"op"`
+	Meter       string `json:"meter"`
+	PeriodStart *int64 `json:"periodStart,omitempty"`
+	After       string `json:"after,omitempty"`
+	Limit       int    `json:"limit,omitempty"`
+	Ref         string `json:"ref,omitempty"`
 }
 
 func millis(d time.Duration) int64 { return d.Milliseconds() }

@@ -66,6 +66,23 @@ func (e *CallError) Error() string {
 
 func (e *CallError) Unwrap() error { return e.Err }
 
+// UsageListRefusedError: UsagePages stopped at a partition that refused list_usage: unknown_meter, or
+// invalid_request (a PeriodStart that is not one of the meter's periods, or one given for a none
+// meter). The pages before it were delivered all the same.
+type UsageListRefusedError struct {
+	Partition int
+	Meter     string
+	Result    ListUsageResult
+}
+
+func (e *UsageListRefusedError) Error() string {
+	message := fmt.Sprintf("quota: list_usage of meter %q on partition %d refused: %s", e.Meter, e.Partition, e.Result.Status)
+	if e.Result.Invalid != "" {
+		message += " (" + e.Result.Invalid + ")"
+	}
+	return message
+}
+
 // ServiceError: the coordinator refused the whole message with the NATS service error headers (400:
 // not JSON, too large, a batch over the limit). Not retried: the same message would be refused again.
 type ServiceError struct {

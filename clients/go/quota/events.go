@@ -21,6 +21,19 @@ const (
 	EventSlotExpired    EventKind = "slot_expired"    // a slot's lease ended without renew or release
 	EventPlanChanged    EventKind = "plan_changed"    // set_plan changed a user's plan
 	EventLimitChanged   EventKind = "limit_changed"   // set_limit changed a user's override
+	// Revision 1.3: a decision changed a meter's used (a consume, a commit's charge or refund, an
+	// adjust). Per user, meter and period the Amounts add up to that period's used, exactly: a billing
+	// system that keeps one per EventID charges what the coordinator enforced.
+	EventUsageRecorded EventKind = "usage_recorded"
+)
+
+// UsageSource is the decision a usage_recorded event comes from.
+type UsageSource string
+
+const (
+	SourceConsume UsageSource = "consume"
+	SourceCommit  UsageSource = "commit"
+	SourceAdjust  UsageSource = "adjust"
 )
 
 // Event is one event as published. The common fields are always set; the others by kind:
@@ -30,6 +43,9 @@ const (
 //	slot_expired     Job, Plan
 //	plan_changed     Plan, PreviousPlan
 //	limit_changed    Meter, Limit (nil: back to the plan's default)
+//	usage_recorded   Meter, PeriodStart (the period the change counts in; nil for period none),
+//	                 Amount (signed: exactly how much used changed), Used (after), Source, Ref (the
+//	                 hold id or the adjust id), Key (a consume's key; empty otherwise)
 type Event struct {
 	Kind EventKind
 	// EventID is unique and stable: a re-publish after a crash carries the same one.
@@ -51,29 +67,35 @@ type Event struct {
 	Job          string
 	Plan         string
 	PreviousPlan string
+	Source       UsageSource
+	Ref          string
+	Key          string
 
 	// Raw is the event's JSON as published, for fields a later revision adds.
 	Raw json.RawMessage
 }
 
 type wireEvent struct {
-	Event        EventKind `json:"event"`
-	EventID      string    `json:"eventId"`
-	User         string    `json:"user"`
-	Partition    int       `json:"partition"`
-	At           int64     `json:"at"`
-	Meter        string    `json:"meter"`
-	PeriodStart  *int64    `json:"periodStart"`
-	Threshold    float64   `json:"threshold"`
-	Limit        *int64    `json:"limit"`
-	Used         int64     `json:"used"`
-	ID           string    `json:"id"`
-	Amount       int64     `json:"amount"`
-	Consumed     int64     `json:"consumed"`
-	Returned     int64     `json:"returned"`
-	Job          string    `json:"job"`
-	Plan         string    `json:"plan"`
-	PreviousPlan string    `json:"previousPlan"`
+	Event        EventKind   `json:"event"`
+	EventID      string      `json:"eventId"`
+	User         string      `json:"user"`
+	Partition    int         `json:"partition"`
+	At           int64       `json:"at"`
+	Meter        string      `json:"meter"`
+	PeriodStart  *int64      `json:"periodStart"`
+	Threshold    float64     `json:"threshold"`
+	Limit        *int64      `json:"limit"`
+	Used         int64       `json:"used"`
+	ID           string      `json:"id"`
+	Amount       int64       `json:"amount"`
+	Consumed     int64       `json:"consumed"`
+	Returned     int64       `json:"returned"`
+	Job          string      `json:"job"`
+	Plan         string      `json:"plan"`
+	PreviousPlan string      `json:"previousPlan"`
+	Source       UsageSource `json:"source"`
+	Ref          string      `json:"ref"`
+	Key          string      `json:"key"`
 }
 
 func decodeEvent(data []byte) (Event, error) {
@@ -88,6 +110,7 @@ func decodeEvent(data []byte) (Event, error) {
 		Kind: w.Event, EventID: w.EventID, User: w.User, Partition: w.Partition, At: msTime(w.At),
 		Meter: w.Meter, Threshold: w.Threshold, Limit: w.Limit, Used: w.Used, ID: w.ID, Amount: w.Amount,
 		Consumed: w.Consumed, Returned: w.Returned, Job: w.Job, Plan: w.Plan, PreviousPlan: w.PreviousPlan,
+		Source: w.Source, Ref: w.Ref, Key: w.Key,
 		Raw: append(json.RawMessage(nil), data...),
 	}
 	if w.PeriodStart != nil {

@@ -2,7 +2,9 @@ package quota
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -183,6 +185,73 @@ func (a Admin) ListHolds(ctx context.Context, in ListHolds) (ListHoldsResult, er
 	return w.listHoldsResult(), nil
 }
 
+// UsageHistory returns a user's used per past period of each month or day meter, newest first
+// (revision 1.3): ok, unknown_meter.
+func (a Admin) UsageHistory(ctx context.Context, in UsageHistory) (UsageHistoryResult, error) {
+	w, err := a.c.call(ctx, kindAdmin, target{user: in.User}, "usage_history", usageHistoryCommand{
+		Op: "usage_history", User: in.User, Meter: in.Meter, Periods: in.Periods, Ref: in.Ref,
+	}, 0)
+	if err != nil {
+		return UsageHistoryResult{}, err
+	}
+	return w.usageHistoryResult(), nil
+}
+
+// ListUsage returns one page of a partition's users whose used in one period is above 0, by their
+// UTF-8 bytes (revision 1.3): ok (More: ask again with After set to the last user), unknown_meter,
+// invalid_request. It goes to the partition's .admin subject, with no user.
+func (a Admin) ListUsage(ctx context.Context, in ListUsage) (ListUsageResult, error) {
+	about := partitionTarget(in.Partition)
+	if in.Partition < 0 || in.Partition >= a.c.options.Partitions {
+		return ListUsageResult{}, &CallError{Op: "list_usage", Target: about.what, Err: fmt.Errorf("partition must be 0 to %d", a.c.options.Partitions-1)}
+	}
+	command := listUsageCommand{Op: "list_usage", Meter: in.Meter, After: in.After, Limit: in.Limit, Ref: in.Ref}
+	if !in.PeriodStart.IsZero() {
+		start := in.PeriodStart.UnixMilli()
+		command.PeriodStart = &start
+	}
+	subject := fmt.Sprintf("%s.v1.%d.%s", a.c.options.Prefix, in.Partition, kindAdmin)
+	w, err := a.c.callSubject(ctx, subject, about, "list_usage", command, 0)
+	if err != nil {
+		return ListUsageResult{}, err
+	}
+	return w.listUsageResult(), nil
+}
+
+// UsagePages calls page with every page of every partition's list_usage of in.Meter and
+// in.PeriodStart (in.Partition and in.After are set by the walk): partition 0 to the last, each
+// paged until More is false, one request at a time, so memory stays one page whatever the deployment
+// holds. It stops at the first error page returns, the first call that fails, or the first refusal
+// (a *UsageListRefusedError carrying the result). A billing job runs it after the period ended.
+func (a Admin) UsagePages(ctx context.Context, in ListUsage, page func(partition int, usage []UserUsage) error) error {
+	for partition := 0; partition < a.c.options.Partitions; partition++ {
+		in.Partition, in.After = partition, ""
+		for {
+			r, err := a.ListUsage(ctx, in)
+			if err != nil {
+				return err
+			}
+			if r.Status != StatusOK {
+				return &UsageListRefusedError{Partition: partition, Meter: in.Meter, Result: r}
+			}
+			if err := page(partition, r.Usage); err != nil {
+				return err
+			}
+			if !r.More {
+				break
+			}
+			if len(r.Usage) == 0 {
+				// More with no user to go on from: asking again would get the same page forever.
+				subject := fmt.Sprintf("%s.v1.%d.%s", a.c.options.Prefix, partition, kindAdmin)
+				return &CallError{Op: "list_usage", Target: partitionTarget(partition).what, Subject: subject,
+					Err: &TransportError{Subject: subject, Reason: "reply says more with an empty usage list"}}
+			}
+			in.After = r.Usage[len(r.Usage)-1].User
+		}
+	}
+	return nil
+}
+
 // target is what a call is about, for its errors: the user, and the hold, job, adjust or meter.
 type target struct {
 	user string
@@ -190,13 +259,21 @@ type target struct {
 	what string
 }
 
+func partitionTarget(partition int) target {
+	return target{what: "partition " + strconv.Itoa(partition)}
+}
+
 func holdTarget(user, id string) target  { return target{user: user, what: describe("hold", id)} }
 func slotTarget(user, job string) target { return target{user: user, what: describe("job", job)} }
 
 func describe(kind, name string) string { return kind + " " + strconv.Quote(name) }
 
-// String: `hold "job-7" of user "acct-42"`, or `user "acct-42"`.
+// String: `hold "job-7" of user "acct-42"`, or `user "acct-42"`; `partition 5` for list_usage, which
+// has no user.
 func (t target) String() string {
+	if t.user == "" && strings.HasPrefix(t.what, "partition ") {
+		return t.what
+	}
 	if t.what == "" {
 		return "user " + strconv.Quote(t.user)
 	}

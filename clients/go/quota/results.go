@@ -158,6 +158,41 @@ type ListHoldsResult struct {
 	More  bool
 }
 
+// PeriodUsage is one period of a meter in a usage_history result.
+type PeriodUsage struct {
+	PeriodStart time.Time
+	Used        int64
+}
+
+// MeterHistory is one meter's periods, newest first: the current one always (Used 0 if none), an
+// earlier one only if the user had usage in it.
+type MeterHistory struct {
+	Meter   string
+	Period  Period
+	Periods []PeriodUsage
+}
+
+// UsageHistoryResult answers UsageHistory: ok with one entry per meter in configuration order,
+// unknown_meter, or an answer any command may get (revision 1.3).
+type UsageHistoryResult struct {
+	Outcome
+	History []MeterHistory
+}
+
+// UserUsage is one user in a list_usage result.
+type UserUsage struct {
+	User string
+	Used int64
+}
+
+// ListUsageResult answers ListUsage: ok with the users by their UTF-8 bytes and More when more
+// follow (ask again with After set to the last user), unknown_meter, invalid_request (revision 1.3).
+type ListUsageResult struct {
+	Outcome
+	Usage []UserUsage
+	More  bool
+}
+
 // AdminResult answers SetPlan (ok, unknown_plan) and SetLimit (ok, unknown_meter).
 type AdminResult struct {
 	Outcome
@@ -216,7 +251,19 @@ type wireResult struct {
 		ExpiresAt int64     `json:"expiresAt"`
 		CreatedAt int64     `json:"createdAt"`
 	} `json:"holds"`
-	More bool `json:"more"`
+	More    bool `json:"more"`
+	History []struct {
+		Meter   string `json:"meter"`
+		Period  Period `json:"period"`
+		Periods []struct {
+			PeriodStart int64 `json:"periodStart"`
+			Used        int64 `json:"used"`
+		} `json:"periods"`
+	} `json:"history"`
+	Usage []struct {
+		User string `json:"user"`
+		Used int64  `json:"used"`
+	} `json:"usage"`
 }
 
 func decodeWire(raw json.RawMessage) (wireResult, error) {
@@ -332,6 +379,26 @@ func (w *wireResult) listHoldsResult() ListHoldsResult {
 			Meter:     h.Meter,
 			CreatedAt: msTime(h.CreatedAt),
 		})
+	}
+	return r
+}
+
+func (w *wireResult) usageHistoryResult() UsageHistoryResult {
+	r := UsageHistoryResult{Outcome: w.outcome()}
+	for _, m := range w.History {
+		history := MeterHistory{Meter: m.Meter, Period: m.Period, Periods: make([]PeriodUsage, 0, len(m.Periods))}
+		for _, p := range m.Periods {
+			history.Periods = append(history.Periods, PeriodUsage{PeriodStart: msTime(p.PeriodStart), Used: p.Used})
+		}
+		r.History = append(r.History, history)
+	}
+	return r
+}
+
+func (w *wireResult) listUsageResult() ListUsageResult {
+	r := ListUsageResult{Outcome: w.outcome(), More: w.More}
+	for _, u := range w.Usage {
+		r.Usage = append(r.Usage, UserUsage{User: u.User, Used: u.Used})
 	}
 	return r
 }
