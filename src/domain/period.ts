@@ -31,11 +31,11 @@ export const periodStartAt = (period: Period, now: number): number | null => {
   }
 }
 
-/** The start of the period before the one starting at `start` (a month or day start). */
-export const previousPeriodStart = (period: "month" | "day", start: number): number => {
-  if (period === "day") return start - dayMs
+/** The start of the period `count` periods before the one starting at `start` (a month or day start). */
+export const periodStartBack = (period: "month" | "day", start: number, count: number): number => {
+  if (period === "day") return start - count * dayMs
   const date = new globalThis.Date(start)
-  return globalThis.Date.UTC(date.getUTCFullYear(), date.getUTCMonth() - 1, 1)
+  return globalThis.Date.UTC(date.getUTCFullYear(), date.getUTCMonth() - count, 1)
 }
 
 /** Whether `at` is the start of one of the period's periods (UTC midnight; and the 1st, for months). */

@@ -9,7 +9,7 @@ import type { Config, Period } from "./config.js"
 import { clockSkewMaxMs, meterPeriod } from "./config.js"
 import type { DecideContext } from "./context.js"
 import type { PeriodUsage } from "./events.js"
-import { isPeriodStart, periodStartAt, previousPeriodStart } from "./period.js"
+import { isPeriodStart, periodStartAt, periodStartBack } from "./period.js"
 import type { InvalidRequestResult, Result, UnknownMeterResult, UsageHistoryEntry } from "./results.js"
 import { invalidRequest, unknownMeter } from "./results.js"
 import type { UserState } from "./state.js"
@@ -53,8 +53,7 @@ export const usageHistory = (ctx: DecideContext, state: UserState, command: Usag
     ({ meter, period }): UsageHistoryEntry => {
       const current = meterAt(ctx.config, state, meter, ctx.now)
       const currentStart = current.periodStart ?? 0
-      let oldest = currentStart
-      for (let count = 1; count < command.periods; count += 1) oldest = previousPeriodStart(period, oldest)
+      const oldest = periodStartBack(period, currentStart, command.periods - 1)
       const earlier = past.flatMap((row) =>
         row.meter === meter &&
         row.periodStart !== null &&
