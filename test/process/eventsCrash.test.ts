@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { partitionOf } from "../../src/domain/partition.js"
 import { sample, scrape, sleep, waitFor } from "../support/operations.js"
 import type { ServeProcess, TestDatabase } from "../support/processes.js"
+import { outboxRowCount, streamMessageCount } from "../support/eventStreams.js"
 import { createTestDatabase, randomPrefix, startServe, stopServe } from "../support/processes.js"
 
 const partitions = 8
@@ -43,17 +44,8 @@ const env = () => ({
   LOG_LEVEL: "warn"
 })
 
-const outboxRows = async (): Promise<number> =>
-  Number(
-    (await database.pool.query<{ rows: string }>("select count(*) as rows from quota.events_outbox")).rows[0]
-      ?.rows
-  )
-
-const streamCount = async (): Promise<number> =>
-  (await jetstreamManager(nc)).streams.info(stream).then(
-    (info) => info.state.messages,
-    () => 0
-  )
+const outboxRows = (): Promise<number> => outboxRowCount(database.pool)
+const streamCount = (): Promise<number> => streamMessageCount(nc, stream)
 
 /** set_limit to `limit`: one limit_changed event, acknowledged when the answer is ok. */
 const setLimit = async (user: string, limit: number): Promise<string> => {

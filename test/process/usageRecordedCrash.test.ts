@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { partitionOf } from "../../src/domain/partition.js"
 import { waitFor } from "../support/operations.js"
 import type { ServeProcess, TestDatabase } from "../support/processes.js"
+import { outboxRowCount, streamMessageCount } from "../support/eventStreams.js"
 import { createTestDatabase, randomPrefix, startServe, stopServe } from "../support/processes.js"
 
 const partitions = 8
@@ -82,17 +83,8 @@ const request = async (
 const ops = (command: Record<string, unknown> & { user: string }) =>
   request("ops", partitionOf(command.user, partitions), command)
 
-const outboxRows = async (): Promise<number> =>
-  Number(
-    (await database.pool.query<{ rows: string }>("select count(*) as rows from quota.events_outbox")).rows[0]
-      ?.rows
-  )
-
-const streamCount = async (): Promise<number> =>
-  (await jetstreamManager(nc)).streams.info(stream).then(
-    (info) => info.state.messages,
-    () => 0
-  )
+const outboxRows = (): Promise<number> => outboxRowCount(database.pool)
+const streamCount = (): Promise<number> => streamMessageCount(nc, stream)
 
 /** One user's workload step: a few commands, retried with the same ids whatever their answer. */
 const step = async (user: string, random: (below: number) => number, index: number): Promise<void> => {

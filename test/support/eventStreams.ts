@@ -8,6 +8,8 @@
  */
 import { jetstreamManager } from "@nats-io/jetstream"
 import { connect } from "@nats-io/transport-node"
+import type { NatsConnection } from "@nats-io/transport-node"
+import type pg from "pg"
 
 /** QUOTA_EVENTS_MAX_BYTES for test coordinators: far more than a test publishes. */
 export const testEventsMaxBytes = 16 * 1024 * 1024
@@ -40,3 +42,16 @@ export const deleteLeftoverStreams = async (natsUrl: string, now = Date.now()): 
     await nc.close()
   }
 }
+
+/** Events recorded and not yet published: the rows of the `quota` schema's outbox (a `serve`'s database). */
+export const outboxRowCount = async (pool: pg.Pool): Promise<number> =>
+  Number(
+    (await pool.query<{ rows: string }>("select count(*) as rows from quota.events_outbox")).rows[0]?.rows
+  )
+
+/** Messages in `stream` now; 0 while it does not exist. */
+export const streamMessageCount = async (nc: NatsConnection, stream: string): Promise<number> =>
+  (await jetstreamManager(nc)).streams.info(stream).then(
+    (info) => info.state.messages,
+    () => 0
+  )
