@@ -423,7 +423,7 @@ const readPastUsage = (
       const command = envelope.command
       if (command.op !== "usage_history") continue
       const meters = usageHistoryMeters(settings.config, command)
-      if (!Array.isArray(meters)) continue
+      if ("status" in meters) continue
       // One more than asked: the current period's row may be among the newest.
       const read = yield* Effect.exit(
         settings.store.pastUsage(

@@ -45,28 +45,26 @@ export const usageHistoryMeters = (
  */
 export const usageHistory = (ctx: DecideContext, state: UserState, command: UsageHistoryCommand): Result => {
   const meters = usageHistoryMeters(ctx.config, command)
-  if (!Array.isArray(meters)) return meters as UnknownMeterResult | InvalidRequestResult
+  if ("status" in meters) return meters
   // Read by the actor before deciding; a command decided without it is a bug, never an empty history.
   const past: ReadonlyArray<PeriodUsage> | undefined = command.past
   if (past === undefined) throw new Error("usage_history decided before its past periods were read")
-  const history = (meters as ReadonlyArray<{ meter: string; period: "month" | "day" }>).map(
-    ({ meter, period }): UsageHistoryEntry => {
-      const current = meterAt(ctx.config, state, meter, ctx.now)
-      const currentStart = current.periodStart ?? 0
-      const oldest = periodStartBack(period, currentStart, command.periods - 1)
-      const earlier = past.flatMap((row) =>
-        row.meter === meter &&
-        row.periodStart !== null &&
-        row.periodStart < currentStart &&
-        row.periodStart >= oldest &&
-        row.used > 0
-          ? [{ periodStart: row.periodStart, used: row.used }]
-          : []
-      )
-      earlier.sort((a, b) => b.periodStart - a.periodStart)
-      return { meter, period, periods: [{ periodStart: currentStart, used: current.used }, ...earlier] }
-    }
-  )
+  const history = meters.map(({ meter, period }): UsageHistoryEntry => {
+    const current = meterAt(ctx.config, state, meter, ctx.now)
+    const currentStart = current.periodStart ?? 0
+    const oldest = periodStartBack(period, currentStart, command.periods - 1)
+    const earlier = past.flatMap((row) =>
+      row.meter === meter &&
+      row.periodStart !== null &&
+      row.periodStart < currentStart &&
+      row.periodStart >= oldest &&
+      row.used > 0
+        ? [{ periodStart: row.periodStart, used: row.used }]
+        : []
+    )
+    earlier.sort((a, b) => b.periodStart - a.periodStart)
+    return { meter, period, periods: [{ periodStart: currentStart, used: current.used }, ...earlier] }
+  })
   return { status: "ok", history }
 }
 
