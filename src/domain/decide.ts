@@ -3,7 +3,8 @@
  * No IO, no clock, no randomness but what the context injects. The actor loads, decides, persists, replies.
  */
 import type { Command } from "./commands.js"
-import type { DecideContext, Output, Wakeup } from "./context.js"
+import type { DecideContext, Output, ReplyHandle, Wakeup } from "./context.js"
+import { noReplyHandle } from "./context.js"
 import type { StoreEvent } from "./events.js"
 import { adjust, commit, consume, expireHolds, extend, pruneRemembered, release, reserve } from "./holds.js"
 import { listHolds } from "./holdList.js"
@@ -42,7 +43,8 @@ const decideCommand = (
   ctx: DecideContext,
   state: UserState,
   command: Command,
-  output: Output
+  output: Output,
+  reply: ReplyHandle
 ): Result | null => {
   switch (command.op) {
     case "tick":
@@ -62,7 +64,7 @@ const decideCommand = (
     case "acquire_slot":
       return command.user === ""
         ? decideSystemJob(command, ctx.now)
-        : acquireSlot(ctx, state, command, output)
+        : acquireSlot(ctx, state, command, output, reply)
     case "renew_slot":
       return command.user === "" ? decideSystemJob(command, ctx.now) : renewSlot(ctx, state, command, output)
     case "release_slot":
@@ -119,27 +121,30 @@ export const decide = (
   state: UserState,
   command: Command,
   ctx: DecideContext,
-  options: DecideOptions = {}
+  options: DecideOptions = {},
+  reply: ReplyHandle = noReplyHandle()
 ): Decision => {
   const output: Output = { events: [], wakeups: [] }
-  const result = decideInto(state, command, ctx, output, options)
+  const result = decideInto(state, command, ctx, output, options, reply)
   return { state, events: output.events, result, wakeups: output.wakeups }
 }
 
 /**
- * `decide`, appending the events and wakeups to `output` (an actor's group collects a whole group's
- * there) and returning the result: nothing allocated for the decision itself.
+ * `decide`, appending the events and wakeups to `output` (a partition's batch collects a whole batch's
+ * there) and returning the result: nothing allocated for the decision itself. `reply` is the caller's
+ * handle: an `acquire_slot` that waits keeps it with its waiter, and its wakeup hands it back.
  */
 export const decideInto = (
   state: UserState,
   command: Command,
   ctx: DecideContext,
   output: Output,
-  options: DecideOptions = {}
+  options: DecideOptions = {},
+  reply: ReplyHandle = noReplyHandle()
 ): Result | null => {
   advancePeriodFloor(state, ctx.now)
   advance(ctx, state, output)
-  const result = decideCommand(ctx, state, command, output)
+  const result = decideCommand(ctx, state, command, output, reply)
   if (options.assertFull === true) assertUserState(state)
   return result
 }

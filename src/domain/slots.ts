@@ -4,7 +4,7 @@
  */
 import type { OpsCommand } from "./commands.js"
 import { clockSkewMaxMs } from "./config.js"
-import type { DecideContext, Output } from "./context.js"
+import type { DecideContext, Output, ReplyHandle } from "./context.js"
 import { assertSlotsWithinLimit } from "./invariants.js"
 import { slotWaitersPerUserMax, slotsPerUserMax } from "./limits.js"
 import type { LimitReachedResult, SlotResult } from "./results.js"
@@ -75,7 +75,8 @@ export const acquireSlot = (
   ctx: DecideContext,
   state: UserState,
   command: CommandOf<"acquire_slot">,
-  output: Output
+  output: Output,
+  reply: ReplyHandle
 ): SlotResult | LimitReachedResult | null => {
   if (state.slots.has(command.job)) {
     const leaseExpiresAt = grant(ctx, state, command.job, command.leaseMs, output)
@@ -91,14 +92,19 @@ export const acquireSlot = (
   }
   const queuedAt = state.waiters.findIndex((waiter) => waiter.job === command.job)
   if (queuedAt !== -1) {
-    output.wakeups.push({ job: command.job, result: busyResult(ctx, state) })
     const waiters = writableWaiters(state)
+    output.wakeups.push({ job: command.job, reply: waiters[queuedAt]!.reply, result: busyResult(ctx, state) })
     // waitMs 0: the repeat does not wait, so the job leaves the queue.
     if (command.waitMs === 0) {
       waiters.splice(queuedAt, 1)
       return busyResult(ctx, state)
     }
-    waiters[queuedAt] = { job: command.job, leaseMs: command.leaseMs, deadlineAt: ctx.now + command.waitMs }
+    waiters[queuedAt] = {
+      job: command.job,
+      leaseMs: command.leaseMs,
+      deadlineAt: ctx.now + command.waitMs,
+      reply
+    }
     return null
   }
   if (command.waitMs === 0) return busyResult(ctx, state)
@@ -107,7 +113,8 @@ export const acquireSlot = (
   writableWaiters(state).push({
     job: command.job,
     leaseMs: command.leaseMs,
-    deadlineAt: ctx.now + command.waitMs
+    deadlineAt: ctx.now + command.waitMs,
+    reply
   })
   return null
 }
@@ -146,6 +153,7 @@ export const grantWaiters = (ctx: DecideContext, state: UserState, output: Outpu
     assertSlotsWithinLimit(state, slotLimit(ctx.config, state))
     output.wakeups.push({
       job: waiter.job,
+      reply: waiter.reply,
       result: slotResult(ctx, state, status, { job: waiter.job, leaseExpiresAt })
     })
   }
@@ -171,7 +179,7 @@ export const expireSlots = (ctx: DecideContext, state: UserState, output: Output
       continue
     }
     writableWaiters(state).splice(index, 1)
-    output.wakeups.push({ job: waiter.job, result: busyResult(ctx, state) })
+    output.wakeups.push({ job: waiter.job, reply: waiter.reply, result: busyResult(ctx, state) })
   }
 }
 

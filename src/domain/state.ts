@@ -4,6 +4,7 @@
  * drop it and load again from the store.
  */
 import type { Config, Period } from "./config.js"
+import type { ReplyHandle } from "./context.js"
 import { clockSkewMaxMs, meterPeriod, planLimit, planNamed } from "./config.js"
 import type { HoldRecord, RecalledIds, StoreEvent, StoredUser } from "./events.js"
 import { periodStartAt } from "./period.js"
@@ -35,6 +36,8 @@ export interface Waiter {
   readonly job: string
   readonly leaseMs: number
   deadlineAt: number
+  /** Whoever waits (opaque here): the wakeup that ends the wait hands it back to be answered. */
+  readonly reply: ReplyHandle
 }
 
 export interface Adjustment {

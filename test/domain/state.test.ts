@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest"
+import { noReplyHandle } from "../../src/domain/context.js"
 import type { Waiter } from "../../src/domain/state.js"
 import { emptyUserState, writable, writableWaiters } from "../../src/domain/state.js"
 
@@ -8,7 +9,7 @@ describe("a user state's collections (shared empty sentinels until the first wri
     const bob = emptyUserState("bob")
     writable(alice, "slots").set("job-1", 1_000)
     writable(alice, "adjustments").set("adj-1", { meter: "tokens", amount: 5, at: 1 })
-    writableWaiters(alice).push({ job: "job-2", leaseMs: 1_000, deadlineAt: 2_000 })
+    writableWaiters(alice).push({ job: "job-2", leaseMs: 1_000, deadlineAt: 2_000, reply: noReplyHandle() })
     expect([...alice.slots]).toEqual([["job-1", 1_000]])
     expect(alice.adjustments.size).toBe(1)
     expect(alice.waiters).toHaveLength(1)
@@ -28,7 +29,7 @@ describe("a user state's collections (shared empty sentinels until the first wri
   it("crashes on a write that bypasses writable(), rather than leaking into every user", () => {
     const state = emptyUserState("alice")
     expect(() => (state.slots as Map<string, number>).set("job", 1)).toThrow(/shared empty collection/)
-    expect(() => (state.waiters as Array<Waiter>).push({ job: "j", leaseMs: 1, deadlineAt: 1 })).toThrow(
+    expect(() => (state.waiters as Array<Waiter>).push({ job: "j", leaseMs: 1, deadlineAt: 1, reply: noReplyHandle() })).toThrow(
       TypeError
     )
     expect(emptyUserState("bob").slots.size).toBe(0)
