@@ -25,7 +25,7 @@
 import { Cause, Effect, Exit, Layer, Scope } from "effect"
 import { Coordinator } from "../src/actors/Coordinator.js"
 import type { CoordinatorShape } from "../src/actors/Coordinator.js"
-import type { Reply } from "../src/actors/UserActor.js"
+import type { Reply } from "../src/actors/replies.js"
 import type { Command } from "../src/domain/commands.js"
 import { storeEventsPerCommitMax, storeWritersMax } from "../src/domain/limits.js"
 import { partitionOf } from "../src/domain/partition.js"
@@ -240,6 +240,7 @@ const floorCoordinator = Effect.gen(function* () {
     submit,
     submitAll: (commands) => Effect.forEach(commands, submit, { concurrency: "unbounded" }),
     enqueue,
+    enqueueIn: (_partition, command, reply) => enqueue(command, reply),
     // Billing's partition reads are no part of the bench's workloads.
     listUsage: (_command, reply) => reply({ status: "ok", usage: [], more: false }),
     sweepOnce: Effect.succeed(0),
@@ -247,7 +248,7 @@ const floorCoordinator = Effect.gen(function* () {
     slotWaiters: () => 0,
     dropAllActors: Effect.void,
     dropPartitions: () => Effect.void,
-    releaseWaiters: () => Effect.void
+    drainPartitions: () => Effect.succeed(true)
   }
   return shape
 })

@@ -60,7 +60,7 @@ const idleUsers = Number(options["idle-users"])
 
 /** Loads every user as never seen and forgets every write: only the coordinator's own memory remains. */
 const discardingStore: StoreShape = {
-  load: () => Effect.succeed(emptyStoredUser),
+  loadUsers: (users) => Effect.succeed(new Map(users.map((user) => [user, emptyStoredUser]))),
   write: () => Effect.void,
   recall: () => Effect.succeed({ holds: [], adjustments: [] }),
   usersWithExpiries: () => Effect.succeed([]),

@@ -218,7 +218,7 @@ const runTables = async (schema: string, groups: ReadonlyArray<Group>): Promise<
   const fence: Fence = { owner, epochOf: () => epoch, superseded: () => {} }
   const run = await measure("tables", backendPids, () =>
     runWriters(groups, (group) =>
-      writeGroup(pool, statements, [{ events: group.events, epoch }], partitions, fence, true)
+      writeGroup(pool, statements, [{ events: group.events, target: undefined }], partitions, fence, true)
     )
   )
   await expectRows(schema, run.written)
@@ -303,7 +303,7 @@ const runApply = async (logSchema: string, schema: string, logged: Written): Pro
       })
       if (read.rows.length === 0) break
       const events = read.rows.flatMap((row) => JSON.parse(row.events.toString()) as Array<StoreEvent>)
-      const projected = groupQueries(statements, collapseEvents(events), partitions)
+      const projected = groupQueries(statements, collapseEvents(events, partitions))
       await sendPipelined(client, [
         { text: "begin", values: [] },
         ...projected,

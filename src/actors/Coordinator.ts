@@ -1,8 +1,12 @@
 /**
- * The coordinator: routes each command to its user's actor, creating actors on first use (state loaded
- * from the store), capping how many are resident, and sweeping expiries of users with no resident actor.
+ * The coordinator: which partition actor serves which partition (PartitionActor.ts), made on a
+ * partition's first command, with the process's bounds on users in memory (ResidentUsers.ts), idle
+ * eviction, and the orphan sweep of users with something due and no one in memory to notice.
+ *
+ * The transport hands each command over with the partition its subject named (`enqueueIn`): the
+ * partition is computed once per command, when the request is judged, and carried from there.
  */
-import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Random, Scope } from "effect"
+import { Clock, Context, Effect, Fiber, Layer, Option, Random, Scope } from "effect"
 import type { Command, ListUsageCommand } from "../domain/commands.js"
 import type { Config } from "../domain/config.js"
 import type { StoreEvent } from "../domain/events.js"
@@ -19,20 +23,22 @@ import {
 } from "../domain/limits.js"
 import { partitionOf } from "../domain/partition.js"
 import type { Result } from "../domain/results.js"
-import { overloaded } from "../domain/results.js"
+import { unavailable } from "../domain/results.js"
 import { decideSystemJob } from "../domain/slots.js"
+import { refuseListUsage } from "../domain/usageHistory.js"
 import { Store } from "../store/Store.js"
 import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
 import { Metrics, noMetrics } from "../ops/MetricsRecorder.js"
 import { reportingClockSteps } from "./clockSteps.js"
-import { makeListUsage } from "./listUsage.js"
-import { DeadlineHeap } from "./DeadlineHeap.js"
-import { RecencyList } from "./RecencyList.js"
-import type { ActorSettings, Envelope, Reply, UserActor } from "./UserActor.js"
-import { closeActor, endWaits, makeEnvelope, makeUserActor, parkedCount, runUserActor } from "./UserActor.js"
+import type { PartitionSettings } from "./PartitionActor.js"
+import { PartitionActor } from "./PartitionActor.js"
+import type { Reply } from "./replies.js"
+import { Residency } from "./ResidentUsers.js"
+
+export type { Reply } from "./replies.js"
 
 export interface CoordinatorShape {
-  /** Decides one command through its user's actor; never fails: store trouble answers `unavailable`, a full mailbox `overloaded`. */
+  /** Decides one command through its partition's actor; never fails: store trouble answers `unavailable`. */
   readonly submit: (command: Command) => Effect.Effect<Result>
   /**
    * Enqueues every command synchronously, in array order, then awaits all results (in the same order).
@@ -40,34 +46,40 @@ export interface CoordinatorShape {
    */
   readonly submitAll: (commands: ReadonlyArray<Command>) => Effect.Effect<ReadonlyArray<Result>>
   /**
-   * Enqueues one command now; `reply` is called exactly once with its result, at once when it needs no
-   * actor (a full mailbox, a system job), else from the actor once the result is durable. Callers that
-   * enqueue in order are decided in that order per user: this is how the transports serve a message.
+   * Enqueues one command of `partition` (its user's, as the subject said and the transport checked);
+   * `reply` is called exactly once with its result: at once when it needs no actor (`overloaded`, a
+   * system job), else from the partition actor once the result is durable. Callers that enqueue in
+   * order are decided in that order per user: this is how the transports serve a message.
    */
+  readonly enqueueIn: (partition: number, command: Command, reply: Reply) => void
+  /** `enqueueIn` with the partition computed from the user (callers that have no subject: tests, the sweep). */
   readonly enqueue: (command: Command, reply: Reply) => void
-  /** Answers a `list_usage` (revision 1.3, a partition's, no actor): `reply` is called exactly once. */
+  /** Answers a `list_usage` (revision 1.3, a partition's, no user): `reply` is called exactly once. */
   readonly listUsage: (command: ListUsageCommand, reply: Reply) => void
   /** Sends an expiry tick to every user the store reports as due: the orphan sweep, once. Returns how many. */
   readonly sweepOnce: Effect.Effect<number>
-  /** How many actors are resident now. */
+  /** How many users are in memory now. */
   readonly residentActors: () => number
-  /** `acquire_slot` callers waiting in the FIFO queues of resident users now (O(resident actors)). */
+  /** `acquire_slot` callers waiting in the FIFO queues of users in memory now (O(users in memory)). */
   readonly slotWaiters: () => number
-  /** Test hook for "crash": interrupts every actor and forgets all memory; the next command reloads from the store. */
+  /** Test hook for "crash": stops every partition actor and forgets all memory; the next command reloads. */
   readonly dropAllActors: Effect.Effect<void>
   /**
-   * Stops the actors of users in `partitions` (a partition handed off or lost): each is interrupted,
-   * whatever it had queued answers `unavailable`, and the partition's next owner loads from the store.
+   * Stops the actors of `partitions` (handed off or lost): whatever they hold answers `unavailable`, and
+   * the partition's next owner loads from the store.
    */
-  readonly dropPartitions: (partitions: ReadonlyArray<number>) => Effect.Effect<void>
+  readonly dropPartitions: (partitions: ReadonlyArray<number> | "all") => Effect.Effect<void>
   /**
-   * The transport stopped taking the partitions' messages (`"all"`: every partition): waiters parked on
-   * their actors are answered `unavailable` now (a running actor first finishes what it was given, then
-   * closes), since a waiter may wait minutes and would hold up the drain (a hand-off, a shutdown).
-   * Callers retry with the same job. Meant to be followed by dropPartitions: a partition served again
-   * before that keeps the close requested of its actors that were running.
+   * The transport stopped taking the partitions' messages (`"all"`: every partition): waiters are
+   * answered `unavailable` now (a waiter may wait minutes and would hold up a hand-off or a shutdown;
+   * its caller retries with the same job), then this waits, at most `timeoutMs`, until what the
+   * partitions hold is decided and answered. True when it all was. Meant to be followed by
+   * dropPartitions.
    */
-  readonly releaseWaiters: (partitions: ReadonlyArray<number> | "all") => Effect.Effect<void>
+  readonly drainPartitions: (
+    partitions: ReadonlyArray<number> | "all",
+    timeoutMs: number
+  ) => Effect.Effect<boolean>
 }
 
 export class Coordinator extends Context.Service<Coordinator, CoordinatorShape>()(
@@ -78,10 +90,14 @@ export interface CoordinatorOptions {
   readonly config: Config
   /** Recount every aggregate after each decision (tests). Default false. */
   readonly assertFull?: boolean
+  /** Users in memory the cap counts (those at rest with waiters apart). */
   readonly residentActorsMax?: number
+  /** Users at rest with waiters, apart from the cap. */
   readonly waitingActorsMax?: number
+  /** Commands of one user queued and not yet decided. */
   readonly mailboxCapacity?: number
   readonly actorIdleMs?: number
+  /** Commands a partition actor decides in one batch (one write). */
   readonly decisionsPerWriteMax?: number
   /** Run the orphan sweep every this many ms; 0 turns the periodic sweep off (tests call sweepOnce). */
   readonly sweepIntervalMs?: number
@@ -89,21 +105,16 @@ export interface CoordinatorOptions {
   /** Told when the wall clock read earlier than before by a second or more (see clockSteps.ts). */
   readonly onClockStepBack?: (latestMs: number, readMs: number) => void
   readonly onPersisted?: (events: ReadonlyArray<StoreEvent>) => void
-  /** The deployment's partition count; needed by dropPartitions. Default partitionsDefault. */
+  /** The deployment's partition count. Default partitionsDefault. */
   readonly partitions?: number
   /**
-   * Scaled out: the epoch under which this process may decide for the user now, undefined when it may
-   * not (see ActorSettings.servingEpoch). Default: always, under one epoch.
+   * Scaled out: the epoch under which this process may decide for the partition now, undefined when
+   * it may not (see PartitionSettings.servingEpoch). Default: always, under one epoch.
    */
-  readonly servingEpoch?: (user: string) => number | undefined
-  /** Scaled out: whether this process serves the partition now (`list_usage`). Default: always. */
-  readonly servesPartition?: (partition: number) => boolean
+  readonly servingEpoch?: (partition: number) => number | undefined
   /** Partitions this process owns, for the orphan sweep; undefined sweeps every user (one process). */
   readonly ownedPartitions?: () => ReadonlyArray<number> | undefined
 }
-
-/** A timer's tick answers nobody. */
-const ignoreReply: Reply = () => {}
 
 /** Counts the expiries a confirmed write made durable (metrics are told where expiry is decided). */
 const countExpiries = (metrics: MetricsRecorder, events: ReadonlyArray<StoreEvent>): void => {
@@ -111,6 +122,13 @@ const countExpiries = (metrics: MetricsRecorder, events: ReadonlyArray<StoreEven
     if (event.kind === "hold" && event.hold.state === "expired") metrics.holdExpired(event.hold.meter)
   }
 }
+
+type SlotCommand = Extract<Command, { op: "acquire_slot" | "renew_slot" | "release_slot" }>
+
+/** A system job (empty user) needs no partition actor: it is always acquired and counts against nothing. */
+const isSystemJob = (command: Command): command is SlotCommand =>
+  command.user === "" &&
+  (command.op === "acquire_slot" || command.op === "renew_slot" || command.op === "release_slot")
 
 export const makeCoordinator = (
   options: CoordinatorOptions
@@ -120,49 +138,17 @@ export const makeCoordinator = (
     const random = yield* Random.Random
     const clock = yield* Clock.Clock
     const metrics = Option.getOrElse(yield* Effect.serviceOption(Metrics), () => noMetrics)
-    const context = yield* Effect.context<never>()
-    const runFork = Effect.runForkWith(context)
-    /**
-     * Resident actors by user. Those resting (no run in progress) are also in one of two lists, least
-     * recently used first: `idle` (nothing parked: evicted freely to make room) and `waiting` (waiters
-     * parked, which only their waits' end lets go). A running actor is in neither. The resident cap
-     * counts every actor but the waiting ones, which have a bound of their own: actors with waiters
-     * cannot fill the cap (they did, and then each new user walked them all and was refused: issue
-     * 20), and making room takes the oldest of a list, never a walk.
-     */
-    const actors = new Map<string, UserActor>()
-    const idle = new RecencyList<UserActor>()
-    const waiting = new RecencyList<UserActor>()
-    const capacity = options.mailboxCapacity ?? mailboxCapacity
-    const maxResident = options.residentActorsMax ?? residentActorsMax
-    const maxWaiting = options.waitingActorsMax ?? waitingActorsMax
-
+    const runFork = Effect.runForkWith(yield* Effect.context<never>())
+    const partitionCount = options.partitions ?? partitionsDefault
     const idleMs = options.actorIdleMs ?? actorIdleMs
-    const deadlines = new DeadlineHeap<string>()
-    /** What the timer sleeps until, and how to wake it early when an earlier deadline arrives. */
-    let timerTarget = Infinity
-    let wakeTimer = Deferred.makeUnsafe<void>()
-    const scheduleDeadline = (actor: UserActor, deadline: number | null): void => {
-      const at = deadline ?? Infinity
-      if (at === actor.scheduledDeadline) return
-      // The heap is keyed by user: an actor already dropped (its fiber not yet interrupted) must not
-      // move the deadline of the user's next actor.
-      if (actors.get(actor.user) !== actor) return
-      actor.scheduledDeadline = at
-      if (at === Infinity) {
-        deadlines.delete(actor.user)
-        return
-      }
-      deadlines.set(actor.user, at)
-      if (at < timerTarget) Deferred.doneUnsafe(wakeTimer, Exit.void)
-    }
-    /** A forgotten actor's deadline goes with it; the orphan sweep finds what falls due (sweepOnce). */
-    const forgetDeadline = (actor: UserActor): void => {
-      if (actor.scheduledDeadline !== Infinity) deadlines.delete(actor.user)
-      actor.scheduledDeadline = Infinity
-    }
+    const onError = options.onError ?? (() => {})
+    const servingEpoch = options.servingEpoch ?? (() => 0)
 
-    const settings: ActorSettings = {
+    const residency = new Residency({
+      residentsMax: options.residentActorsMax ?? residentActorsMax,
+      waitingMax: options.waitingActorsMax ?? waitingActorsMax
+    })
+    const settings: PartitionSettings = {
       config: options.config,
       store,
       now:
@@ -170,12 +156,13 @@ export const makeCoordinator = (
           ? () => clock.currentTimeMillisUnsafe()
           : reportingClockSteps(() => clock.currentTimeMillisUnsafe(), options.onClockStepBack),
       random: () => random.nextDoubleUnsafe(),
-      decisionsPerWriteMax: options.decisionsPerWriteMax ?? actorDecisionsPerWriteMax,
-      scheduleDeadline,
-      servingEpoch: options.servingEpoch ?? (() => 0),
+      batchCommandsMax: options.decisionsPerWriteMax ?? actorDecisionsPerWriteMax,
+      mailboxCapacity: options.mailboxCapacity ?? mailboxCapacity,
       assertFull: options.assertFull ?? false,
-      onError: options.onError ?? (() => {}),
+      residency,
+      servingEpoch,
       metrics,
+      onError,
       onPersisted:
         metrics === noMetrics
           ? (options.onPersisted ?? (() => {}))
@@ -183,114 +170,40 @@ export const makeCoordinator = (
               countExpiries(metrics, events)
               options.onPersisted?.(events)
             },
-      onClose: (actor) => {
-        if (actors.get(actor.user) !== actor) return
-        forgetResident(actor)
-      },
-      onRest: (actor) => {
-        if (actors.get(actor.user) !== actor || actor.closed) return
-        rest(actor)
-      }
+      runFork
     }
 
-    /**
-     * Puts a resting actor in its list as the most recently used (it has just run). Past the bound of
-     * actors with waiters, the one resting longest has its waits ended.
-     */
-    const rest = (actor: UserActor): void => {
-      unrest(actor)
-      actor.restingIn = parkedCount(actor) === 0 ? idle : waiting
-      actor.restingIn.touch(actor)
-      while (waiting.size > maxWaiting) endWaitsOf(waiting.oldest!)
-    }
-
-    /** Takes an actor out of the list of resting actors that holds it, if any. */
-    const unrest = (actor: UserActor): void => {
-      actor.restingIn?.remove(actor)
-      actor.restingIn = undefined
-    }
-
-    /** Takes an actor out of the resident set and forgets its deadline. */
-    const forgetResident = (actor: UserActor): void => {
-      // Only this actor's entry: the user may have a newer actor by now (a reply that enqueued again).
-      if (actors.get(actor.user) === actor) actors.delete(actor.user)
-      unrest(actor)
-      forgetDeadline(actor)
-    }
-
-    const isIdle = (actor: UserActor): boolean =>
-      !actor.busy && parkedCount(actor) === 0 && actor.mailbox.length === 0
-
-    /** Forgets a resting actor: it has no fiber, so its memory goes with it. */
-    const evict = (actor: UserActor): void => {
-      forgetResident(actor)
-      actor.closed = true
-      actor.state = undefined
-    }
-
-    /**
-     * Makes room for one more actor by evicting the least recently used idle one. O(1). False only when
-     * every actor the cap counts is running (loading, deciding or writing), which ends by itself: a new
-     * user is then `overloaded` for a moment, never for as long as someone waits.
-     */
-    const evictOne = (): boolean => {
-      const oldest = idle.oldest
-      if (oldest === undefined) return false
-      if (!isIdle(oldest)) throw new Error(`bug: the actor of ${oldest.user} is listed idle while not idle`)
-      evict(oldest)
-      return true
-    }
-
-    /**
-     * Evicts a resting actor with waiters, answering each `busy` (its wait is over, with retryAfterMs):
-     * only past the bound of such actors. Forgotten first, so a reply that enqueues reaches a new actor.
-     */
-    const endWaitsOf = (actor: UserActor): void => {
-      if (actor.busy) throw new Error(`bug: the actor of ${actor.user} is listed resting while running`)
-      const { user, parked, state } = actor
-      actor.parked = undefined
-      evict(actor)
-      endWaits(user, parked, state, settings)
-    }
-
-    const actorFor = (user: string): UserActor | undefined => {
-      const resident = actors.get(user)
-      if (resident !== undefined && !resident.closed) return resident
-      // A closed actor still mapped is forgotten before it is replaced, so it holds no resident slot.
-      if (resident !== undefined) forgetResident(resident)
-      if (actors.size - waiting.size >= maxResident && !evictOne()) return undefined
-      const actor = makeUserActor(user, clock.currentTimeMillisUnsafe())
-      actors.set(user, actor)
+    /** The partition actors, each with its fiber, by partition. */
+    const actors = new Map<number, { readonly actor: PartitionActor; readonly fiber: Fiber.Fiber<void> }>()
+    const actorOf = (partition: number): PartitionActor => {
+      const running = actors.get(partition)
+      if (running !== undefined) return running.actor
+      const actor = new PartitionActor(partition, settings)
+      actors.set(partition, { actor, fiber: runFork(actor.run()) })
       return actor
     }
 
-    /**
-     * Queues a command; the actor's fiber is started if it is not running (it leaves the resting lists
-     * until the run ends). False when the mailbox is full.
-     */
-    const offer = (actor: UserActor, envelope: Envelope): boolean => {
-      if (actor.mailbox.length >= capacity) return false
-      actor.mailbox.push(envelope)
-      if (!actor.busy) {
-        actor.busy = true
-        unrest(actor)
-        const fiber = runFork(runUserActor(actor, settings))
-        // Kept only while it runs (the actor clears it when it stops): a finished fiber kept until the
-        // user's next command was most of what the coordinator promoted to the old generation.
-        if (actor.busy && actors.get(actor.user) === actor) actor.running = fiber
-      }
-      return true
+    const enqueueIn = (partition: number, command: Command, reply: Reply): void => {
+      if (isSystemJob(command)) return reply(decideSystemJob(command, clock.currentTimeMillisUnsafe()))
+      actorOf(partition).enqueue(command, reply)
     }
+    const enqueue = (command: Command, reply: Reply): void =>
+      enqueueIn(partitionOf(command.user, partitionCount), command, reply)
 
-    const enqueue = (command: Command, reply: Reply): void => {
-      if (
-        command.user === "" &&
-        (command.op === "acquire_slot" || command.op === "renew_slot" || command.op === "release_slot")
-      ) {
-        return reply(decideSystemJob(command, clock.currentTimeMillisUnsafe()))
-      }
-      const actor = actorFor(command.user)
-      if (actor === undefined || !offer(actor, makeEnvelope(command, reply))) reply(overloaded)
+    const listUsage = (command: ListUsageCommand, reply: Reply): void => {
+      const refused = refuseListUsage(options.config, command, settings.now())
+      if (refused !== null) return reply(refused)
+      if (servingEpoch(command.partition) === undefined) return reply(unavailable)
+      actorOf(command.partition).read((done) =>
+        runFork(store.listUsage(command)).addObserver((exit) => {
+          if (exit._tag === "Success") reply({ status: "ok", usage: exit.value.usage, more: exit.value.more })
+          else {
+            onError("", `list_usage of partition ${command.partition} failed`, exit.cause)
+            reply(unavailable)
+          }
+          done()
+        })
+      )
     }
 
     /** Enqueues in order and resumes with every result once the last arrives. */
@@ -309,48 +222,6 @@ export const makeCoordinator = (
         )
       })
 
-    /** Sends a `tick` to every resident actor whose deadline is due; moved deadlines are skipped. */
-    const fireDueDeadlines = (now: number): void => {
-      for (let top = deadlines.peek(); top !== undefined && top.at <= now; top = deadlines.peek()) {
-        deadlines.pop()
-        const actor = actors.get(top.key)
-        if (actor === undefined || actor.closed || actor.scheduledDeadline !== top.at) continue
-        actor.scheduledDeadline = Infinity
-        // A full mailbox needs no tick: its next group applies everything due and schedules again.
-        offer(actor, makeEnvelope({ op: "tick", user: actor.user }, ignoreReply))
-      }
-    }
-
-    // One timer for all actors: it sleeps until the earliest deadline (on Effect's clock, so tests
-    // drive it with TestClock) and is woken early when an earlier one is scheduled.
-    const timer: Effect.Effect<never> = Effect.forever(
-      Effect.gen(function* () {
-        const now = yield* Clock.currentTimeMillis
-        fireDueDeadlines(now)
-        if (Deferred.isDoneUnsafe(wakeTimer)) wakeTimer = Deferred.makeUnsafe<void>()
-        timerTarget = deadlines.peek()?.at ?? Infinity
-        const woken = Deferred.await(wakeTimer)
-        yield* timerTarget === Infinity
-          ? woken
-          : Effect.raceFirst(Effect.sleep(Math.max(1, timerTarget - now)), woken)
-      })
-    )
-
-    /**
-     * Evicts actors idle for idleMs (nothing queued, parked or in flight). The whole idle list is
-     * walked: an actor's `lastActiveAt` is when it last decided, not when it came to rest, so the list's
-     * order is not exactly theirs. The walk costs about 0.5 ms per 100 000 resident actors (measured),
-     * every idleMs / 4.
-     */
-    const evictIdle = Effect.gen(function* () {
-      const now = yield* Clock.currentTimeMillis
-      const due: Array<UserActor> = []
-      for (let actor = idle.oldest; actor !== undefined; actor = actor.newer) {
-        if (actor.lastActiveAt + idleMs <= now && isIdle(actor)) due.push(actor)
-      }
-      for (const actor of due) evict(actor)
-    })
-
     const sweepOnce = Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
       const owned = options.ownedPartitions?.()
@@ -363,44 +234,50 @@ export const makeCoordinator = (
       return users.length
     })
 
-    /** The resident actors of the users `chosen` picks, copied: closing one changes the map. */
-    const residentsWhere = (chosen: (user: string) => boolean): Array<UserActor> =>
-      [...actors.values()].filter((actor) => chosen(actor.user))
+    const chosen = (partitions: ReadonlyArray<number> | "all") =>
+      partitions === "all"
+        ? [...actors.values()]
+        : partitions.flatMap((partition) => {
+            const running = actors.get(partition)
+            return running === undefined ? [] : [running]
+          })
 
-    const dropWhere = (drop: (user: string) => boolean) =>
+    const dropPartitions = (partitions: ReadonlyArray<number> | "all") =>
       Effect.gen(function* () {
-        const residents = residentsWhere(drop)
-        const running: Array<Fiber.Fiber<void>> = []
-        for (const actor of residents) {
-          forgetResident(actor)
-          // A running actor answers what it holds when interrupted; an idle one may still have
-          // parked waiters, answered here.
-          if (actor.busy && actor.running !== undefined) running.push(actor.running)
-          else closeActor(actor, settings)
-          actor.closed = true
+        const dropped = chosen(partitions)
+        const fibers: Array<Fiber.Fiber<unknown, unknown>> = []
+        for (const { actor, fiber } of dropped) {
+          actors.delete(actor.partition)
+          fibers.push(fiber, ...actor.close())
         }
-        yield* Fiber.interruptAll(running)
-      })
-    const dropAllActors = dropWhere(() => true)
-    const partitionCount = options.partitions ?? partitionsDefault
-    const inPartitions = (partitions: ReadonlyArray<number>) => {
-      const chosen = new Set(partitions)
-      return (user: string) => chosen.has(partitionOf(user, partitionCount))
-    }
-    const dropPartitions = (partitions: ReadonlyArray<number>) => dropWhere(inPartitions(partitions))
-    const releaseWaiters = (partitions: ReadonlyArray<number> | "all") =>
-      Effect.sync(() => {
-        for (const actor of residentsWhere(partitions === "all" ? () => true : inPartitions(partitions))) {
-          if (actor.busy) actor.closeRequested = true
-          else if (parkedCount(actor) > 0) closeActor(actor, settings)
-        }
+        yield* Fiber.interruptAll(fibers)
       })
 
-    yield* Effect.addFinalizer(() => dropAllActors)
+    const drainPartitions = (partitions: ReadonlyArray<number> | "all", timeoutMs: number) =>
+      Effect.promise(async () => {
+        const draining = chosen(partitions)
+        for (const { actor } of draining) actor.releaseWaiters()
+        if (draining.length === 0) return true
+        let timer: ReturnType<typeof setTimeout> | undefined
+        const timedOut = new Promise<false>((resolve) => {
+          timer = setTimeout(() => resolve(false), timeoutMs)
+        })
+        const idle = Promise.all(draining.map(({ actor }) => actor.whenIdle())).then(() => true as const)
+        const drained = await Promise.race([idle, timedOut])
+        clearTimeout(timer)
+        return drained
+      })
 
-    yield* Effect.forkScoped(timer)
+    yield* Effect.addFinalizer(() => dropPartitions("all"))
     yield* Effect.forkScoped(
-      Effect.forever(Effect.andThen(Effect.sleep(Math.max(idleEvictionIntervalMsMin, idleMs / 4)), evictIdle))
+      Effect.forever(
+        Effect.andThen(
+          Effect.sleep(Math.max(idleEvictionIntervalMsMin, idleMs / 4)),
+          Effect.flatMap(Clock.currentTimeMillis, (now) =>
+            Effect.sync(() => residency.evictIdleSince(now - idleMs))
+          )
+        )
+      )
     )
     const interval = options.sweepIntervalMs ?? sweepIntervalMs
     if (interval > 0) {
@@ -410,25 +287,19 @@ export const makeCoordinator = (
     return {
       submit: (command) => Effect.map(awaitAll([command]), (results) => results[0]!),
       submitAll: awaitAll,
+      enqueueIn,
       enqueue,
-      listUsage: makeListUsage({
-        config: options.config,
-        store,
-        now: settings.now,
-        servesPartition: options.servesPartition ?? (() => true),
-        onError: (message, cause) => options.onError?.("", message, cause),
-        runFork: (effect) => void runFork(effect)
-      }),
+      listUsage,
       sweepOnce,
-      residentActors: () => actors.size,
+      residentActors: () => residency.count,
       slotWaiters: () => {
         let waiting = 0
-        for (const actor of actors.values()) waiting += actor.state?.waiters.length ?? 0
+        for (const { actor } of actors.values()) waiting += actor.waiters()
         return waiting
       },
-      dropAllActors,
+      dropAllActors: dropPartitions("all"),
       dropPartitions,
-      releaseWaiters
+      drainPartitions
     }
   })
 

@@ -15,7 +15,6 @@ import {
   runOwnership,
   transportChanged
 } from "../cluster/PartitionOwnership.js"
-import { partitionOf } from "../domain/partition.js"
 import type { Fence } from "../store/Fence.js"
 import { makeOwnershipQueries, partitionsReleasedChannel } from "../store/postgres/ownership.js"
 import { loadConfig } from "../config/configFile.js"
@@ -134,8 +133,7 @@ export const coordinatorLayerFor = (
       ? {}
       : {
           ownedPartitions: () => [...ownership.epochs.keys()],
-          servingEpoch: (user: string) => ownership.servingEpoch(partitionOf(user, partitions)),
-          servesPartition: (partition: number) => ownership.servingEpoch(partition) !== undefined
+          servingEpoch: ownership.servingEpoch
         }),
     onError: (user, message, cause) => logger.error({ user, err: cause }, message),
     onClockStepBack: (latestMs, readMs) =>

@@ -203,13 +203,13 @@ export const makeMemoryStore = (options: MemoryStoreOptions = {}): MemoryStore =
       epoch += 1
     },
     unsettledWrites: () => doubts.size,
-    load: (user, now) =>
+    loadUsers: (users, now) =>
       Effect.tryPromise({
         try: async () => {
-          if (options.beforeLoad !== undefined) await options.beforeLoad(user)
+          if (options.beforeLoad !== undefined) await Promise.all(users.map(options.beforeLoad))
           // Those that start while it waits included: the load reads only once none is left.
           while (settleBeforeLoad && doubts.size > 0) await Promise.all(doubts)
-          return loadRows(user, now)
+          return new Map(users.map((user) => [user, loadRows(user, now)]))
         },
         catch: toUnavailable
       }),

@@ -32,9 +32,25 @@ export interface UsageListPage {
   readonly more: boolean
 }
 
+/**
+ * Where a write belongs: the partition whose actor decided it (every event is of a user of it), and the
+ * epoch under which it loaded the memory it decided from. Read once from the subject and carried down.
+ */
+export interface WriteTarget {
+  readonly partition: number
+  readonly epoch: number
+}
+
 export interface StoreShape {
-  /** Everything one user's actor needs, in one round trip. `now` bounds the retention window of closed ids. */
-  readonly load: (user: string, now: number) => Effect.Effect<StoredUser, StoreUnavailable>
+  /**
+   * Everything a partition actor needs of each of `users`, in as few round trips as the store's bounds
+   * allow (a missing user is one with no rows: it loads empty). `now` bounds the retention window of
+   * closed ids.
+   */
+  readonly loadUsers: (
+    users: ReadonlyArray<string>,
+    now: number
+  ) => Effect.Effect<ReadonlyMap<string, StoredUser>, StoreUnavailable>
   /**
    * The closed holds and `adjust` ids among those named that the store remembers for `user` within the
    * retention window ending at `now`: what an actor whose memory holds only some of them (a capped
@@ -46,13 +62,17 @@ export interface StoreShape {
     now: number
   ) => Effect.Effect<RecalledIds, StoreUnavailable>
   /**
-   * Makes `events` durable, applied in order. Succeeds only after the commit. `epoch` (scaled out): the
-   * epoch of the events' partition under which the writer loaded the memory it decided them from. The
-   * write is fenced with that epoch, not with the one held when its group starts: a write queued before
-   * the partition was lost fails rather than land under a later claim. Absent: the epochs held when the
-   * group starts (a write decided from no memory).
+   * Makes `events` durable, applied in order. Succeeds only after the commit. `target` (a partition
+   * actor's write): every event is of a user of `target.partition`, decided from memory loaded under
+   * `target.epoch`; scaled out, the write is fenced with that epoch, not with the one held when its
+   * group starts: a write queued before the partition was lost fails rather than land under a later
+   * claim. Absent (tests of the store alone): each event's partition is computed, fenced with the
+   * epochs held when the group starts.
    */
-  readonly write: (events: ReadonlyArray<StoreEvent>, epoch?: number) => Effect.Effect<void, StoreUnavailable>
+  readonly write: (
+    events: ReadonlyArray<StoreEvent>,
+    target?: WriteTarget
+  ) => Effect.Effect<void, StoreUnavailable>
   /**
    * Users with a pending hold or a slot lease due at or before `now`, at most `limit` of them (the
    * orphan sweep); only of `partitions` when given (a process sweeps the partitions it owns).

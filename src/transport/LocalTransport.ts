@@ -75,7 +75,6 @@ export const makeLocalTransport = (
       ...(options.messageBytesMax === undefined ? {} : { messageBytesMax: options.messageBytesMax })
     })
     const drainMs = options.drainMs ?? transportDrainMs
-    const all = Array.from({ length: options.partitions }, (_, index) => index)
     let open = true
 
     const request = (subject: string, data: string | Uint8Array): Promise<LocalReply> => {
@@ -100,13 +99,9 @@ export const makeLocalTransport = (
     const stopOnce = async (): Promise<void> => {
       open = false
       // What is being decided is answered as decided; a waiter would hold the drain for its whole wait.
-      await Effect.runPromise(coordinator.releaseWaiters("all"))
-      if (!(await handler.inFlight.idle(all, drainMs))) {
-        options.logger.warn(
-          { inFlight: handler.inFlight.total() },
-          "drain timed out; answering the rest unavailable"
-        )
-        await Effect.runPromise(handler.interruptAll)
+      if (!(await Effect.runPromise(coordinator.drainPartitions("all", drainMs)))) {
+        options.logger.warn("drain timed out; answering the rest unavailable")
+        await Effect.runPromise(coordinator.dropPartitions("all"))
       }
       options.logger.info("in-process transport stopped")
     }

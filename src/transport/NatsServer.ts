@@ -95,8 +95,11 @@ export interface NatsServerShape {
   readonly servePartitions: (
     partitions: ReadonlyArray<number>
   ) => Effect.Effect<void, NatsSubscribeFailed | PartitionOutOfRange>
-  /** Stops taking the partitions' requests and waits until those in flight are answered. */
-  readonly stopPartitions: (partitions: ReadonlyArray<number>) => Effect.Effect<void>
+  /**
+   * Stops taking the partitions' requests and waits (at most the drain time) until what they queued is
+   * decided and answered; waiters are answered `unavailable` at once. True when all of it was.
+   */
+  readonly stopPartitions: (partitions: ReadonlyArray<number>) => Effect.Effect<boolean>
   readonly servedPartitions: () => ReadonlyArray<number>
   /** The micro service id (`$SRV.*.quota-coordinator.<id>`). */
   readonly serviceId: string
@@ -208,7 +211,6 @@ export const makeNatsServer = (
     const { logger, prefix, partitions } = options
     const drainMs = options.drainMs ?? transportDrainMs
     const served = new Map<number, ServedPartition>()
-    const { inFlight } = handler
     const version = options.version ?? packageVersion()
     // A fresh id per instance, as nats.js services make it (a NUID).
     const serviceId = nuid.next()
@@ -226,8 +228,14 @@ export const makeNatsServer = (
       }
     }
 
-    const respond = (msg: Msg, body: string, stats: EndpointStats, startedAt: number, error?: string) => {
-      const bytes = Buffer.byteLength(body)
+    const respond = (
+      msg: Msg,
+      body: string,
+      bytes: number,
+      stats: EndpointStats,
+      startedAt: number,
+      error?: string
+    ) => {
       const maxPayload = maxPayloadBytes()
       let sent: boolean
       try {
@@ -266,7 +274,7 @@ export const makeNatsServer = (
       handler.handle(target, msg.data, (handled) =>
         "error" in handled
           ? refuse(msg, stats, startedAt, handled.error.code, handled.error.reason)
-          : respond(msg, handled.body, stats, startedAt, handled.failure)
+          : respond(msg, handled.body, handled.bytes, stats, startedAt, handled.failure)
       )
     }
 
@@ -362,9 +370,9 @@ export const makeNatsServer = (
         // drain: the server stops sending, and messages already received are still handled.
         await Promise.all(subscriptions.map(drainQuietly))
         // What is being decided is answered as decided; a waiter would hold the drain for its whole wait.
-        await Effect.runPromise(coordinator.releaseWaiters(stopping))
-        await inFlight.idle(stopping, drainMs)
+        const drained = await Effect.runPromise(coordinator.drainPartitions(stopping, drainMs))
         if (stopping.length > 0) logger.info({ partitions: stopping }, "stopped serving partitions")
+        return drained
       })
 
     const answerDiscovery = (msg: Msg, verb: ServiceVerb): void => {
@@ -389,11 +397,11 @@ export const makeNatsServer = (
 
     let stopped: Promise<void> | undefined
     const stopOnce = async (): Promise<void> => {
-      await Effect.runPromise(stopPartitions([...served.keys()]))
-      if (!inFlight.isIdle()) {
-        logger.warn({ inFlight: inFlight.total() }, "drain timed out; answering the rest unavailable")
-        // Interrupted fibers reach their observers, which answer `unavailable`.
-        await Effect.runPromise(handler.interruptAll)
+      const partitionsServed = [...served.keys()]
+      if (!(await Effect.runPromise(stopPartitions(partitionsServed)))) {
+        logger.warn("drain timed out; answering the rest unavailable")
+        // Answered while the connection can still carry the replies.
+        await Effect.runPromise(coordinator.dropPartitions(partitionsServed))
       }
       await nc.drain().catch(() => undefined)
       logger.info("nats transport stopped")

@@ -4,12 +4,13 @@
  * a command or a batch gets (PROTOCOL.md "Messages"). The NATS server and the in-process transport both
  * call this, so they answer the same bytes for the same requests.
  *
- * `handle` enqueues every command into its user's mailbox synchronously (`Coordinator.enqueue`):
- * commands of one user are decided in message order and, within a batch, in array order. Each result
- * comes back through a callback and the reply is assembled when the last one arrives; no fiber is made
- * per message. `done` is called exactly once; at once when nothing needs deciding. Whatever goes wrong
- * (a defect while enqueuing, shutdown with requests still in flight) answers the affected commands
- * `unavailable`: never silence.
+ * `handle` enqueues every command into its partition's actor synchronously (`Coordinator.enqueueIn`,
+ * with the partition the subject named, computed nowhere else): commands of one user are decided in
+ * message order and, within a batch, in array order. Each result comes back through a callback and the
+ * reply is assembled when the last one arrives; no fiber is made per message, and nothing here keeps
+ * the request: the partition actor that holds its commands answers each exactly once, `unavailable`
+ * when it is stopped. `done` is called exactly once; at once when nothing needs deciding. A defect while
+ * enqueuing answers the message's remaining commands `unavailable`: never silence.
  *
  * The reply is bounded as it is built: each result is encoded when it arrives, and once the encoded
  * results pass `replyBytesMax` (the server's max payload) the rest are counted but not kept, and the
@@ -18,8 +19,6 @@
 import { Effect } from "effect"
 import type { Scope } from "effect"
 import { Coordinator } from "../actors/Coordinator.js"
-import type { RecencyLinks } from "../actors/RecencyList.js"
-import { RecencyList } from "../actors/RecencyList.js"
 import type { Command, ListUsageCommand } from "../domain/commands.js"
 import { messageBytesMax } from "../domain/limits.js"
 import type { Result, Status } from "../domain/results.js"
@@ -28,7 +27,6 @@ import { parseBody } from "./body.js"
 import type { Judged, SubjectKind } from "./decode.js"
 import { judgeCommand } from "./decode.js"
 import { reasonOf } from "./errors.js"
-import { InFlight } from "./inFlight.js"
 import type { Logger } from "./log.js"
 import { logDecision, logRefusal } from "./log.js"
 import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
@@ -47,7 +45,7 @@ export interface RequestTarget {
  * an empty body with the headers `Nats-Service-Error-Code` and `Nats-Service-Error`.
  */
 export type Handled =
-  | { readonly body: string; readonly failure?: string }
+  | { readonly body: string; readonly bytes: number; readonly failure?: string }
   | { readonly error: { readonly code: number; readonly reason: string } }
 
 /** A result as it goes on the wire: with the command's `ref` when it had a valid one. */
@@ -73,20 +71,6 @@ export interface RequestHandler {
   readonly handle: (target: RequestTarget, data: Uint8Array, done: (handled: Handled) => void) => void
   /** `handle` as a promise; the commands are enqueued before it returns. */
   readonly request: (target: RequestTarget, data: Uint8Array) => Promise<Handled>
-  /** Requests submitted and not yet answered, per partition. */
-  readonly inFlight: InFlight
-  /**
-   * Requests kept for `interruptAll`: those not yet answered (a finished one must not stay linked).
-   * For tests and diagnostics.
-   */
-  readonly pendingRequests: () => number
-  /** Answers every request still being decided now, its undecided commands `unavailable`. */
-  readonly interruptAll: Effect.Effect<void>
-}
-
-/** A request in flight, in the handler's list of them. */
-interface PendingRequest extends RecencyLinks<PendingRequest> {
-  readonly answerRest: (failure: string) => void
 }
 
 /** A judged command, or `unavailable` when judging it hit a bug. */
@@ -106,14 +90,6 @@ export const makeRequestHandler = (
 ): Effect.Effect<RequestHandler, never, Coordinator | Scope.Scope> =>
   Effect.gen(function* () {
     const coordinator = yield* Coordinator
-    const inFlight = new InFlight()
-    /**
-     * Each request in flight, oldest first, by how to answer the rest of it `unavailable` (interruptAll).
-     * A linked list, not a Set: a Set's table is reallocated as requests come and go, and a replaced
-     * table left in the old generation still points at the requests it held, which kept each request's
-     * closures alive into the old generation (measured: most of what young collections promoted).
-     */
-    const pending = new RecencyList<PendingRequest>()
     const { logger, partitions } = options
     const metrics = options.metrics ?? noMetrics
     const replyBytesMax = options.replyBytesMax ?? (() => messageBytesMax)
@@ -185,15 +161,15 @@ export const makeRequestHandler = (
           return done({ error: { code: 400, reason } })
         }
         const text = body.kind === "single" ? encoded[0]! : `[${encoded.join(",")}]`
-        done(failure === undefined ? { body: text } : { body: text, failure })
+        // A single result has no brackets: its bytes are one fewer than counted.
+        const bytes = body.kind === "single" ? replyBytes - 2 : replyBytes
+        done(failure === undefined ? { body: text, bytes } : { body: text, bytes, failure })
       }
       if (undecided === 0) return reply()
 
       let answered = false
       const finish = (failure?: string): void => {
         answered = true
-        pending.remove(entry)
-        inFlight.end(target.partition)
         reply(failure)
       }
       /** A command's result; the last one sends the reply. Late results (after answerRest) are dropped. */
@@ -216,15 +192,12 @@ export const makeRequestHandler = (
         finish(failure)
       }
 
-      const entry: PendingRequest = { answerRest, newer: undefined, older: undefined }
-      inFlight.begin(target.partition)
-      pending.touch(entry)
       for (let index = 0; index < raws.length; index += 1) {
         const command = commands[index]
         if (command === undefined) continue
         try {
           if (command.op === "list_usage") coordinator.listUsage(command, (result) => settle(index, result))
-          else coordinator.enqueue(command, (result) => settle(index, result))
+          else coordinator.enqueueIn(target.partition, command, (result) => settle(index, result))
         } catch (cause) {
           logger.error({ subject: target.subject, error: reasonOf(cause) }, "enqueue failed")
           return answerRest("coordinator defect")
@@ -235,11 +208,5 @@ export const makeRequestHandler = (
     const request = (target: RequestTarget, data: Uint8Array): Promise<Handled> =>
       new Promise<Handled>((resolve) => handle(target, data, resolve))
 
-    const interruptAll = Effect.sync(() => {
-      const entries: Array<PendingRequest> = []
-      for (let entry = pending.oldest; entry !== undefined; entry = entry.newer) entries.push(entry)
-      for (const entry of entries) entry.answerRest("interrupted")
-    })
-
-    return { handle, request, inFlight, pendingRequests: () => pending.size, interruptAll }
+    return { handle, request }
   })

@@ -164,7 +164,7 @@ describe("Coordinator: waiters when a partition stops being served", () => {
   /** Lets the actors' fibers and the store's promises run. */
   const settle = Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, 20)))
 
-  it("releaseWaiters lets a running actor finish its write and its queue, then answers its waiter unavailable", async () => {
+  it("drainPartitions answers the waiter unavailable, lets the batch in flight and the queue be decided, then reports the partition drained", async () => {
     let openGate: () => void = () => {}
     let gated = false
     const store = makeMemoryStore({
@@ -189,8 +189,9 @@ describe("Coordinator: waiters when a partition stops being served", () => {
         )
         yield* settle
         expect(answers).toEqual([])
-        yield* coordinator.releaseWaiters([partitionOf(user, partitionsDefault)])
-        // Enqueued after the call, while the write is in flight: decided before the actor closes.
+        const partition = partitionOf(user, partitionsDefault)
+        const drained = yield* Effect.forkChild(coordinator.drainPartitions([partition], 60_000))
+        // Enqueued after the call, while the write is in flight: decided before the drain ends.
         coordinator.enqueue(
           { op: "reserve", user, meter: "tokens", amount: 5, id: "h2", ttlMs: 60_000 },
           record("h2")
@@ -199,12 +200,14 @@ describe("Coordinator: waiters when a partition stops being served", () => {
         expect(answers).toEqual([])
         gated = false
         openGate()
-        yield* settle
+        answers.push(`drained ${yield* Fiber.join(drained)}`)
+        yield* coordinator.dropPartitions([partition])
         answers.push(`resident ${coordinator.residentActors()}`)
         return answers
       })
     )
-    expect(answers).toEqual(["h reserved", "h2 reserved", "j2 unavailable", "resident 0"])
+    // The waiter is answered once the batch that parked it is durable, not after its whole wait.
+    expect(answers).toEqual(["h reserved", "j2 unavailable", "h2 reserved", "drained true", "resident 0"])
   })
 
   it("a user not servable here is answered unavailable without loading it, and no actor stays", async () => {

@@ -39,8 +39,8 @@ describe("memory is used only under the epoch it was loaded under", () => {
     const writtenUnder: Array<number | undefined> = []
     const store: StoreShape = {
       ...memory,
-      write: (events, epoch) => {
-        writtenUnder.push(epoch)
+      write: (events, target) => {
+        writtenUnder.push(target?.epoch)
         return memory.write(events)
       }
     }
@@ -81,8 +81,11 @@ describe("memory is used only under the epoch it was loaded under", () => {
     const store: StoreShape = {
       ...memory,
       // As a load capped at loadRememberedIdsPerUserMax: an id memory does not hold must be recalled.
-      load: (loaded, now) =>
-        Effect.map(memory.load(loaded, now), (stored) => ({ ...stored, idsTruncated: true })),
+      loadUsers: (loaded, now) =>
+        Effect.map(
+          memory.loadUsers(loaded, now),
+          (stored) => new Map([...stored].map(([id, rows]) => [id, { ...rows, idsTruncated: true }]))
+        ),
       recall: (recalled, ids, now) =>
         Effect.andThen(
           Effect.promise(() => {

@@ -29,9 +29,9 @@ describe("a user state's collections (shared empty sentinels until the first wri
   it("crashes on a write that bypasses writable(), rather than leaking into every user", () => {
     const state = emptyUserState("alice")
     expect(() => (state.slots as Map<string, number>).set("job", 1)).toThrow(/shared empty collection/)
-    expect(() => (state.waiters as Array<Waiter>).push({ job: "j", leaseMs: 1, deadlineAt: 1, reply: noReplyHandle() })).toThrow(
-      TypeError
-    )
+    expect(() =>
+      (state.waiters as Array<Waiter>).push({ job: "j", leaseMs: 1, deadlineAt: 1, reply: noReplyHandle() })
+    ).toThrow(TypeError)
     expect(emptyUserState("bob").slots.size).toBe(0)
   })
 })

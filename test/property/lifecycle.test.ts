@@ -113,8 +113,10 @@ const startReal = async ({
       const applied = armed.shift()
       if (applied === undefined) return undefined
       unknownOutcomes += 1
-      // One actor's group: every event is its user's.
-      return new Promise<boolean>((settle) => taken.push({ user: events[0]!.user, applied, settle }))
+      // One partition's batch: one failed write for each user it holds events of.
+      return new Promise<boolean>((settle) => {
+        for (const user of new Set(events.map((event) => event.user))) taken.push({ user, applied, settle })
+      })
     },
     ...(settleBeforeLoad === undefined ? {} : { settleBeforeLoad })
   })

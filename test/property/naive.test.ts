@@ -16,6 +16,7 @@ import { assertProperty, propertyParameters, propertyTimeoutMs } from "../suppor
 import { reserveArb, setupArb } from "./arbitraries.js"
 import type { Round, SystemUnderTest } from "./interleavings.js"
 import { runInterleaving } from "./interleavings.js"
+import { loadUser } from "../support/loadUser.js"
 
 /**
  * Reads the user's usage and pending holds from the store, awaits a point the scheduler releases (a
@@ -40,7 +41,7 @@ const naiveUnderTest: SystemUnderTest = {
           await events({ kind: "limit", user: command.user, meter: command.meter, limit: command.limit })
           return { status: "ok" }
         case "reserve": {
-          const stored = await Effect.runPromise(store.load(command.user, startAt))
+          const stored = await Effect.runPromise(loadUser(store, command.user, startAt))
           const period = defaultConfig.meters.find((meter) => meter.name === command.meter)?.period
           if (period === undefined) return { status: "unknown_meter" }
           const used =

@@ -15,6 +15,7 @@ import { makePostgresStore } from "../../src/store/postgres/PostgresStore.js"
 import { migrate, readMigrations } from "../../src/store/postgres/migrate.js"
 import { ensureSettings } from "../../src/store/postgres/settings.js"
 import { acquireScoped } from "../support/database.js"
+import { loadUser } from "../support/loadUser.js"
 
 const now = Date.UTC(2026, 10, 15, 12)
 const month = Date.UTC(2026, 10, 1)
@@ -85,9 +86,9 @@ describe("embedded Postgres (PGlite)", () => {
     const store = opened.value
     // Concurrent writers and loads: with one connection they must queue, not deadlock.
     const writes = Array.from({ length: 50 }, (_, index) => store.write(eventsOf(`embedded-${index}`)))
-    const loads = Array.from({ length: 5 }, (_, index) => store.load(`embedded-${index}`, now))
+    const loads = Array.from({ length: 5 }, (_, index) => loadUser(store, `embedded-${index}`, now))
     await Effect.runPromise(Effect.all([...writes, ...loads], { concurrency: "unbounded", discard: true }))
-    const loaded = await Effect.runPromise(store.load("embedded-7", now))
+    const loaded = await Effect.runPromise(loadUser(store, "embedded-7", now))
     expect(loaded.holds.map((hold) => [hold.id, hold.consumed, hold.consumeKeys])).toEqual([["h", 2, ["k"]]])
     expect(loaded.usage).toEqual([{ meter: "analysis", periodStart: month, used: 2, thresholdsCrossed: [] }])
     expect(loaded.slots).toEqual([{ job: "job", leaseExpiresAt: now + 60_000 }])

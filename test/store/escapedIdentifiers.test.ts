@@ -9,6 +9,7 @@ import { partitionOf } from "../../src/domain/partition.js"
 import { makePostgresStore } from "../../src/store/postgres/PostgresStore.js"
 import { migrate, readMigrations } from "../../src/store/postgres/migrate.js"
 import { acquireScoped, createTestSchema } from "../support/database.js"
+import { loadUser } from "../support/loadUser.js"
 
 const database = createTestSchema("escaped_ids")
 afterAll(() => database.drop())
@@ -70,7 +71,7 @@ describe("migration 0005: identifiers written before it", () => {
         [markedUser, "\uffff"],
         [plainUser, ""]
       ] as const) {
-        const loaded = await Effect.runPromise(opened.value.load(user, now))
+        const loaded = await Effect.runPromise(loadUser(opened.value, user, now))
         expect(loaded.plan).toBe("pro")
         expect(loaded.limitOverrides).toEqual([{ meter: "tokens", limit: 5 }])
         expect(loaded.usage).toEqual([

@@ -4,6 +4,7 @@ import { afterAll, describe, expect, it } from "vitest"
 import { Store } from "../../src/store/Store.js"
 import { postgresStoreLayer } from "../../src/store/postgres/PostgresStore.js"
 import { createTestSchema } from "../support/database.js"
+import { loadUser } from "../support/loadUser.js"
 
 const database = createTestSchema("layer")
 afterAll(() => database.drop())
@@ -28,7 +29,7 @@ describe("postgresStoreLayer", () => {
           { kind: "plan", user: "layer-user", plan: "pro" },
           { kind: "slot", user: "layer-user", job: "j", leaseExpiresAt: now }
         ])
-        return yield* store.load("layer-user", now)
+        return yield* loadUser(store, "layer-user", now)
       }).pipe(Effect.provide(layer))
     )
     expect(loaded.plan).toBe("pro")

@@ -42,7 +42,7 @@ const startProcess = async (owner: string): Promise<Process> => {
     sweepIntervalMs: 0,
     actorIdleMs: 600_000,
     partitions,
-    servingEpoch: (served) => state.servingEpoch(partitionOf(served, partitions))
+    servingEpoch: state.servingEpoch
   }).pipe(
     Layer.provide(
       postgresStoreLayer({

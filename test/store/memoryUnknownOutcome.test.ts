@@ -9,6 +9,7 @@ import { describe, expect, it } from "vitest"
 import type { StoreEvent } from "../../src/domain/events.js"
 import { makeMemoryStore } from "../../src/store/MemoryStore.js"
 import { flushTurns } from "../support/harness.js"
+import { loadUser } from "../support/loadUser.js"
 
 const now = Date.UTC(2026, 1, 1)
 const planEvent: StoreEvent = { kind: "plan", user: "u", plan: "pro" }
@@ -31,7 +32,7 @@ const storeWithDoubt = (settleBeforeLoad?: boolean) => {
 /** Starts a load and says whether it has finished, and with which plan. */
 const startLoad = (store: ReturnType<typeof makeMemoryStore>) => {
   let plan: string | null | undefined
-  const done = Effect.runPromise(store.load("u", now)).then((loaded) => (plan = loaded.plan))
+  const done = Effect.runPromise(loadUser(store, "u", now)).then((loaded) => (plan = loaded.plan))
   return { done, plan: () => plan }
 }
 

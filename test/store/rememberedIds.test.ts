@@ -21,6 +21,7 @@ import { postgresStoreLayer } from "../../src/store/postgres/PostgresStore.js"
 import type { TestSchema } from "../support/database.js"
 import { acquireScoped, createTestSchema } from "../support/database.js"
 import { commitCommand, reserveCommand } from "../support/commands.js"
+import { loadUser } from "../support/loadUser.js"
 
 const partitions = 64
 let database: TestSchema
@@ -117,7 +118,7 @@ describe("remembered ids", () => {
     await seedAdjustIds(user, "a-", loadRememberedIdsPerUserMax + 5_000)
     await seedClosedHolds(user, "h-", loadRememberedIdsPerUserMax + 5_000)
     const startedAt = performance.now()
-    const stored = await Effect.runPromise(system.value.store.load(user, Date.now()))
+    const stored = await Effect.runPromise(loadUser(system.value.store, user, Date.now()))
     const loadMs = performance.now() - startedAt
     console.log(
       `load of a user with ${2 * (loadRememberedIdsPerUserMax + 5_000)} remembered ids: ${loadMs.toFixed(0)} ms`

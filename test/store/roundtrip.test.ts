@@ -13,6 +13,7 @@ import type { PostgresStore } from "../../src/store/postgres/PostgresStore.js"
 import { makePostgresStore } from "../../src/store/postgres/PostgresStore.js"
 import { migrate } from "../../src/store/postgres/migrate.js"
 import { acquireScoped, createTestSchema } from "../support/database.js"
+import { loadUser } from "../support/loadUser.js"
 
 const partitions = 16
 const now = Date.UTC(2026, 10, 15, 12)
@@ -150,7 +151,7 @@ const canonical = (stored: StoredUser): StoredUser => {
 const memoryLoad = async (events: ReadonlyArray<StoreEvent>, user: string): Promise<StoredUser> => {
   const memory = makeMemoryStore()
   await Effect.runPromise(memory.write(events))
-  return Effect.runPromise(memory.load(user, now))
+  return Effect.runPromise(loadUser(memory, user, now))
 }
 
 describe("PostgresStore round trip", () => {
@@ -158,7 +159,7 @@ describe("PostgresStore round trip", () => {
     const user = 'user-one-write é "q" {a,b}'
     const events = historyOf(user)
     await Effect.runPromise(store.write(events))
-    const loaded = canonical(await Effect.runPromise(store.load(user, now)))
+    const loaded = canonical(await Effect.runPromise(loadUser(store, user, now)))
     expect(loaded).toEqual(canonical(await memoryLoad(events, user)))
     // The expectations the comparison rests on, so that two equally wrong stores cannot pass.
     expect(loaded.plan).toBe("pro")
@@ -187,7 +188,7 @@ describe("PostgresStore round trip", () => {
     const user = "user-many-writes"
     const events = historyOf(user)
     for (const event of events) await Effect.runPromise(store.write([event]))
-    const loaded = canonical(await Effect.runPromise(store.load(user, now)))
+    const loaded = canonical(await Effect.runPromise(loadUser(store, user, now)))
     expect(loaded).toEqual(canonical(await memoryLoad(events, user)))
     expect(loaded.holds).toHaveLength(3)
   })
@@ -204,12 +205,12 @@ describe("PostgresStore round trip", () => {
     }
     const together = await Effect.runPromise(
       Effect.all(
-        [...users, users[0]!].map((user) => store.load(user, now)),
+        [...users, users[0]!].map((user) => loadUser(store, user, now)),
         { concurrency: "unbounded" }
       )
     )
     for (const [index, user] of users.entries()) {
-      const alone = await Effect.runPromise(store.load(user, now))
+      const alone = await Effect.runPromise(loadUser(store, user, now))
       expect(canonical(together[index]!)).toEqual(canonical(alone))
       expect(canonical(alone)).toEqual(
         index % 2 === 0
@@ -223,7 +224,7 @@ describe("PostgresStore round trip", () => {
   })
 
   it("loads a user never written as the empty user", async () => {
-    expect(await Effect.runPromise(store.load("nobody", now))).toEqual(emptyStoredUser)
+    expect(await Effect.runPromise(loadUser(store, "nobody", now))).toEqual(emptyStoredUser)
   })
 
   it("writes each hold and slot with the user's partition", async () => {
@@ -291,7 +292,7 @@ describe("PostgresStore round trip", () => {
     ]
     for (const user of users) await Effect.runPromise(store.write(historyWith(user)))
     for (const user of users) {
-      const loaded = canonical(await Effect.runPromise(store.load(user, now)))
+      const loaded = canonical(await Effect.runPromise(loadUser(store, user, now)))
       expect(loaded).toEqual(canonical(await memoryLoad(historyWith(user), user)))
       expect(loaded.holds.map((item) => item.id).sort()).toEqual(odd.map((id) => `h${id}`).sort())
       expect(loaded.holds.find((item) => item.id === "h\u0000")?.consumeKeys).toEqual(

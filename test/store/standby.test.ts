@@ -22,6 +22,7 @@ import { acquireScoped, testDatabaseUrl } from "../support/database.js"
 import type { StandbyPair } from "../nemesis/standby.js"
 import { startTcpProxy } from "../support/tcpProxy.js"
 import { standbyAvailable, startStandbyPair } from "../nemesis/standby.js"
+import { loadUser } from "../support/loadUser.js"
 
 const portOf = (url: string): number => Number(new URL(url).port)
 
@@ -41,7 +42,7 @@ const storeAt = (connectionString: string, schema: string) =>
   )
 
 const loads = async (store: PostgresStore): Promise<Exit.Exit<unknown, unknown>> =>
-  Effect.runPromiseExit(store.load("u1", Date.now()))
+  Effect.runPromiseExit(loadUser(store, "u1", Date.now()))
 
 /** Runs the readiness ping until its report of Postgres is `reason` (undefined: up), or fails after 10 s. */
 const readinessSays = async (

@@ -21,6 +21,7 @@ import type { PostgresStore } from "../../src/store/postgres/PostgresStore.js"
 import { makePostgresStore } from "../../src/store/postgres/PostgresStore.js"
 import { migrate } from "../../src/store/postgres/migrate.js"
 import { acquireScoped, createTestSchema } from "../support/database.js"
+import { loadUser } from "../support/loadUser.js"
 
 /** Small limits so that insufficient_quota, overage and busy happen often. */
 const config: Config = {
@@ -205,8 +206,8 @@ describe("a random workload written through PostgresStore", () => {
         const sqlMeters = await Effect.runPromise(store.meterStates())
         for (const user of users) {
           const { state, now } = finalStates.get(user)!
-          const fromPostgres = await Effect.runPromise(store.load(user, now))
-          const fromMemory = await Effect.runPromise(memory.load(user, now))
+          const fromPostgres = await Effect.runPromise(loadUser(store, user, now))
+          const fromMemory = await Effect.runPromise(loadUser(memory, user, now))
           expect(canonical(fromPostgres)).toEqual(canonical(fromMemory))
           // The actor's reserved and pending counts are what the rows say.
           for (const [meter, meterState] of state.meters) {

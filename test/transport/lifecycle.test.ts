@@ -199,6 +199,9 @@ describe("when the coordinator cannot decide", () => {
       enqueue: () => {
         throw new Error("boom")
       },
+      enqueueIn: () => {
+        throw new Error("boom")
+      },
       listUsage: () => {
         throw new Error("boom")
       },
@@ -206,7 +209,7 @@ describe("when the coordinator cannot decide", () => {
       residentActors: () => 0,
       slotWaiters: () => 0,
       dropPartitions: () => Effect.void,
-      releaseWaiters: () => Effect.void,
+      drainPartitions: () => Effect.succeed(true),
       dropAllActors: Effect.void
     })
     const harness = await startHarness({ label: "defect", coordinatorLayer: dying })

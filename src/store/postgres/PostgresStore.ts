@@ -28,7 +28,7 @@ import { partitionOf } from "../../domain/partition.js"
 import { noMetrics } from "../../ops/MetricsRecorder.js"
 import type { GroupCommitStats } from "../GroupCommit.js"
 import { makeGroupCommit } from "../GroupCommit.js"
-import type { StoreShape } from "../Store.js"
+import type { StoreShape, WriteTarget } from "../Store.js"
 import { Store, StoreUnavailable } from "../Store.js"
 import type { InvalidSchemaName, SchemaTooNew, MigrationFilesInvalid, SettingsMismatch } from "./errors.js"
 import { checkSchemaName, storeUnavailable } from "./errors.js"
@@ -103,11 +103,15 @@ const eventsIn = (writes: ReadonlyArray<FencedWrite>): number => {
 }
 
 /** Events a write records, per partition (empty for nearly every write). */
-const eventsByPartition = (events: ReadonlyArray<StoreEvent>, partitions: number): Map<number, number> => {
+const eventsByPartition = (
+  events: ReadonlyArray<StoreEvent>,
+  target: WriteTarget | undefined,
+  partitions: number
+): Map<number, number> => {
   const counted = new Map<number, number>()
   for (const event of events) {
     if (event.kind !== "event") continue
-    const partition = partitionOf(event.user, partitions)
+    const partition = target?.partition ?? partitionOf(event.user, partitions)
     counted.set(partition, (counted.get(partition) ?? 0) + 1)
   }
   return counted
@@ -278,21 +282,21 @@ export const makePostgresStore = (
     const { outboxCounts } = options
     const recordEvents = options.recordEvents ?? true
     /** One submission: a group never splits it, so the write is all or nothing (see GroupCommit). */
-    const submit = (events: ReadonlyArray<StoreEvent>, epoch: number | undefined) =>
-      events.length === 0 ? Effect.void : groupCommit.submit([{ events, epoch }])
+    const submit = (events: ReadonlyArray<StoreEvent>, target: WriteTarget | undefined) =>
+      events.length === 0 ? Effect.void : groupCommit.submit([{ events, target }])
     const write = (
       events: ReadonlyArray<StoreEvent>,
-      epoch?: number
+      target?: WriteTarget
     ): Effect.Effect<void, StoreUnavailable> => {
       if (!recordEvents) {
         const kept = events.some((event) => event.kind === "event")
           ? events.filter((event) => event.kind !== "event")
           : events
-        return submit(kept, epoch)
+        return submit(kept, target)
       }
-      if (outboxCounts === undefined) return submit(events, epoch)
-      const recording = eventsByPartition(events, partitions)
-      if (recording.size === 0) return submit(events, epoch)
+      if (outboxCounts === undefined) return submit(events, target)
+      const recording = eventsByPartition(events, target, partitions)
+      if (recording.size === 0) return submit(events, target)
       const full = outboxCounts.overflowing(recording)
       if (full !== undefined)
         return Effect.fail(
@@ -300,18 +304,23 @@ export const makePostgresStore = (
             reason: `the events outbox of partition ${full} holds ${outboxCounts.of(full)} events not yet published (QUOTA_EVENTS_OUTBOX_MAX ${outboxCounts.perPartitionMax}): is JetStream taking events?`
           })
         )
-      return Effect.tap(submit(events, epoch), () => Effect.sync(() => outboxCounts.recorded(recording)))
+      return Effect.tap(submit(events, target), () => Effect.sync(() => outboxCounts.recorded(recording)))
     }
 
     const usageHistory = makeUsageHistory(pool, schema)
     const store: PostgresStore = {
       pastUsage: usageHistory.pastUsage,
       listUsage: usageHistory.listUsage,
-      load: (user, now) =>
+      loadUsers: (users, now) =>
         Effect.tryPromise({
-          try: () =>
-            doubts.pending() ? doubts.settle().then(() => loads.load(user, now)) : loads.load(user, now),
-          catch: storeUnavailable(`load user ${JSON.stringify(user)}`)
+          try: async () => {
+            if (doubts.pending()) await doubts.settle()
+            const loaded = await Promise.all(users.map((user) => loads.load(user, now)))
+            return new Map(users.map((user, index) => [user, loaded[index]!]))
+          },
+          catch: storeUnavailable(
+            users.length === 1 ? `load user ${JSON.stringify(users[0])}` : `load ${users.length} users`
+          )
         }),
       write,
       recall: (user, ids, now) =>

@@ -8,6 +8,7 @@ import pg from "pg"
 import type { HoldRecord, LedgerOperation, StoreEvent } from "../../domain/events.js"
 import { fnv1a32OfString, partitionOf } from "../../domain/partition.js"
 import type { BackendIdentity, Fence } from "../Fence.js"
+import type { WriteTarget } from "../Store.js"
 import { PartitionsFenced, WriteOutcomeUnknown } from "../Fence.js"
 import { integerArrayLiteral, textArrayLiteral } from "./arrayLiteral.js"
 import { toStoredTextOrNull } from "./storedText.js"
@@ -35,66 +36,89 @@ export const outboxLockNamespace = 0x51_4f_55_54
 
 export const storedPeriodStart = (periodStart: number | null): number => periodStart ?? periodNoneSentinel
 
+/** A row and the partition of its user (carried from the write, never computed again per row). */
+type InPartition<Row> = Row & { readonly partition: number }
+
 /** What one group changes, per table, after collapsing repeated rows to their last image. */
 export interface CollapsedGroup {
-  readonly holds: ReadonlyArray<{ readonly user: string; readonly hold: HoldRecord }>
+  readonly holds: ReadonlyArray<InPartition<{ readonly user: string; readonly hold: HoldRecord }>>
   readonly ledger: ReadonlyArray<Extract<StoreEvent, { kind: "ledger" }>>
-  readonly usage: ReadonlyArray<Extract<StoreEvent, { kind: "usage" }>>
-  readonly slotsSet: ReadonlyArray<{
-    readonly user: string
-    readonly job: string
-    readonly leaseExpiresAt: number
-  }>
+  readonly usage: ReadonlyArray<InPartition<Extract<StoreEvent, { kind: "usage" }>>>
+  readonly slotsSet: ReadonlyArray<
+    InPartition<{
+      readonly user: string
+      readonly job: string
+      readonly leaseExpiresAt: number
+    }>
+  >
   readonly slotsFreed: ReadonlyArray<{ readonly user: string; readonly job: string }>
   readonly plans: ReadonlyArray<{ readonly user: string; readonly plan: string }>
   readonly periodFloors: ReadonlyArray<{ readonly user: string; readonly at: number }>
   readonly limitsSet: ReadonlyArray<{ readonly user: string; readonly meter: string; readonly limit: number }>
   readonly limitsRemoved: ReadonlyArray<{ readonly user: string; readonly meter: string }>
   /** Events to publish, in decision order (appended as they are, like the ledger). */
-  readonly events: ReadonlyArray<Extract<StoreEvent, { kind: "event" }>>
+  readonly events: ReadonlyArray<InPartition<Extract<StoreEvent, { kind: "event" }>>>
 }
 
 /** A map key for (user, x) that no two different pairs share: the user's length comes first. */
 const pairKey = (user: string, other: string): string => `${user.length}:${user}${other}`
 
-/** Collapses a group to its last image per row. Ledger rows are appended as they are: never collapsed. */
-export const collapseEvents = (events: ReadonlyArray<StoreEvent>): CollapsedGroup => {
-  const holds = new Map<string, { user: string; hold: HoldRecord }>()
+/**
+ * Collapses a group to its last image per row. Ledger rows are appended as they are: never collapsed.
+ * A write with a target gives every row its partition; one without (tests of the store alone) has
+ * each row's computed from its user.
+ */
+export const collapseWrites = (writes: ReadonlyArray<FencedWrite>, partitions: number): CollapsedGroup => {
+  const holds = new Map<string, InPartition<{ user: string; hold: HoldRecord }>>()
   const ledger: Array<Extract<StoreEvent, { kind: "ledger" }>> = []
-  const usage = new Map<string, Extract<StoreEvent, { kind: "usage" }>>()
-  const slots = new Map<string, Extract<StoreEvent, { kind: "slot" | "slot_freed" }>>()
+  const usage = new Map<string, InPartition<Extract<StoreEvent, { kind: "usage" }>>>()
+  const slots = new Map<
+    string,
+    Extract<StoreEvent, { kind: "slot" | "slot_freed" }> & { partition: number }
+  >()
   const plans = new Map<string, { user: string; plan: string }>()
   const periodFloors = new Map<string, { user: string; at: number }>()
   const limits = new Map<string, Extract<StoreEvent, { kind: "limit" }>>()
-  const published: Array<Extract<StoreEvent, { kind: "event" }>> = []
-  for (const event of events) {
-    switch (event.kind) {
-      case "hold":
-        holds.set(pairKey(event.user, event.hold.id), { user: event.user, hold: event.hold })
-        break
-      case "ledger":
-        ledger.push(event)
-        break
-      case "usage":
-        usage.set(pairKey(event.user, `${event.meter}|${storedPeriodStart(event.periodStart)}`), event)
-        break
-      case "slot":
-      case "slot_freed":
-        slots.set(pairKey(event.user, event.job), event)
-        break
-      case "plan":
-        plans.set(event.user, { user: event.user, plan: event.plan })
-        break
-      case "period_floor":
-        if ((periodFloors.get(event.user)?.at ?? -Infinity) < event.at)
-          periodFloors.set(event.user, { user: event.user, at: event.at })
-        break
-      case "limit":
-        limits.set(pairKey(event.user, event.meter), event)
-        break
-      case "event":
-        published.push(event)
-        break
+  const published: Array<InPartition<Extract<StoreEvent, { kind: "event" }>>> = []
+  for (const { events, target } of writes) {
+    const fixed = target?.partition
+    for (const event of events) {
+      const partition = (): number => fixed ?? partitionOf(event.user, partitions)
+      switch (event.kind) {
+        case "hold":
+          holds.set(pairKey(event.user, event.hold.id), {
+            user: event.user,
+            hold: event.hold,
+            partition: partition()
+          })
+          break
+        case "ledger":
+          ledger.push(event)
+          break
+        case "usage":
+          usage.set(pairKey(event.user, `${event.meter}|${storedPeriodStart(event.periodStart)}`), {
+            ...event,
+            partition: partition()
+          })
+          break
+        case "slot":
+        case "slot_freed":
+          slots.set(pairKey(event.user, event.job), { ...event, partition: partition() })
+          break
+        case "plan":
+          plans.set(event.user, { user: event.user, plan: event.plan })
+          break
+        case "period_floor":
+          if ((periodFloors.get(event.user)?.at ?? -Infinity) < event.at)
+            periodFloors.set(event.user, { user: event.user, at: event.at })
+          break
+        case "limit":
+          limits.set(pairKey(event.user, event.meter), event)
+          break
+        case "event":
+          published.push({ ...event, partition: partition() })
+          break
+      }
     }
   }
   const slotEvents = [...slots.values()]
@@ -114,6 +138,10 @@ export const collapseEvents = (events: ReadonlyArray<StoreEvent>): CollapsedGrou
     events: published
   }
 }
+
+/** collapseWrites of one write with no target (the bench's projection of a group). */
+export const collapseEvents = (events: ReadonlyArray<StoreEvent>, partitions: number): CollapsedGroup =>
+  collapseWrites([{ events, target: undefined }], partitions)
 
 /** The statements of a group, for one schema; built once per store. */
 const statementTexts = (schema: string) => ({
@@ -233,16 +261,17 @@ export const claimStatementNames = (
   return null
 }
 
-/** One submission of a group: one actor's events, and the epoch they were decided under (see StoreShape.write). */
+/** One submission of a group: a partition actor's batch, and where it belongs (see StoreShape.write). */
 export interface FencedWrite {
   readonly events: ReadonlyArray<StoreEvent>
-  readonly epoch: number | undefined
+  readonly target: WriteTarget | undefined
 }
 
 /**
  * The partitions a group writes, with the epochs its writes were decided under; throws, before anything
  * is sent, if one is not held now or held under another epoch (a write queued before the partition was
- * lost and claimed again: its memory is from before the claim).
+ * lost and claimed again: its memory is from before the claim). A write with a target is checked once;
+ * one without (tests of the store alone) per event, under the epoch held now.
  */
 const fenceOf = (
   fence: Fence,
@@ -251,13 +280,14 @@ const fenceOf = (
 ): { partitions: Array<number>; epochs: Array<number> } => {
   const epochs = new Map<number, number>()
   const refused = new Set<number>()
-  for (const { events, epoch } of writes) {
-    for (const event of events) {
-      const partition = partitionOf(event.user, partitions)
-      const held = fence.epochOf(partition)
-      if (held === undefined || (epoch !== undefined && epoch !== held)) refused.add(partition)
-      else epochs.set(partition, held)
-    }
+  const check = (partition: number, epoch: number | undefined): void => {
+    const held = fence.epochOf(partition)
+    if (held === undefined || (epoch !== undefined && epoch !== held)) refused.add(partition)
+    else epochs.set(partition, held)
+  }
+  for (const { events, target } of writes) {
+    if (target !== undefined) check(target.partition, target.epoch)
+    else for (const event of events) check(partitionOf(event.user, partitions), undefined)
   }
   if (refused.size > 0) throw new PartitionsFenced([...refused])
   return { partitions: [...epochs.keys()], epochs: [...epochs.values()] }
@@ -273,8 +303,7 @@ export interface GroupQuery {
 /** The statements (text and array parameters) that apply a collapsed group, skipping empty tables. */
 export const groupQueries = (
   statements: WriteStatements,
-  group: CollapsedGroup,
-  partitions: number
+  group: CollapsedGroup
 ): ReadonlyArray<GroupQuery> => {
   const queries: Array<GroupQuery> = []
   const add = (statement: NamedStatement, rowCount: number, values: ReadonlyArray<unknown>): void => {
@@ -299,7 +328,7 @@ export const groupQueries = (
     textArrayLiteral(rows.map((row) => toStoredTextOrNull(column(row))))
   const integer = <Row>(rows: ReadonlyArray<Row>, column: (row: Row) => number | null): string =>
     integerArrayLiteral(rows.map(column))
-  const partitionOfRow = (row: { readonly user: string }) => partitionOf(row.user, partitions)
+  const partitionOfRow = (row: { readonly partition: number }) => row.partition
   add(statements.upsertHolds, holds.length, [
     identifiers(holds, (row) => row.user),
     identifiers(holds, (row) => row.hold.id),
@@ -397,8 +426,7 @@ export const writeGroup = async (
   pipelined = false,
   identify?: (client: pg.PoolClient) => Promise<BackendIdentity>
 ): Promise<void> => {
-  const events = writes.length === 1 ? writes[0]!.events : writes.flatMap((write) => write.events)
-  const queries = groupQueries(statements, collapseEvents(events), partitions)
+  const queries = groupQueries(statements, collapseWrites(writes, partitions))
   if (queries.length === 0) return
   const fenced = fence === undefined ? undefined : fenceOf(fence, writes, partitions)
   const all: Array<GroupQuery> = [{ text: "begin", values: [] }]
