@@ -13,8 +13,11 @@
  * Options: --quick (about a minute), --levels 1,16 (concurrency), --measure-ms N, --warmup-ms N,
  * --targets seed004,seed003,seed000,coord-msg,coord-sdk,floor, --workloads uniform,hot-granted,hot,mix,
  * --no-ceilings, --no-half-peak, --half-peak-workloads (default: all; --quick: uniform),
- * --out DIR (where to write the results; default bench/results).
+ * --out DIR (where to write the results; default bench/results), --baseline-root DIR (another checkout,
+ * built and with its node_modules: its coordinator runs beside this one as target `coord-base`, so a
+ * change is measured against the code before it in the same run).
  */
+import { execFileSync } from "node:child_process"
 import { randomBytes } from "node:crypto"
 import { mkdir, writeFile } from "node:fs/promises"
 import os from "node:os"
@@ -52,6 +55,8 @@ import type { Target } from "./targets/Target.js"
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..")
 const coordinatorKeys = ["coord-sdk", "coord-msg"]
+/** `--baseline-root`'s coordinator: not in the default targets (it needs the option). */
+const baselineTarget = "coord-base"
 const allTargetKeys = ["coord-sdk", "coord-msg", floorTarget, "seed004", "seed003", "seed000"]
 /** Open-loop phase: the coordinator's targets, and the two designs it is measured against for context. */
 const halfPeakTargetKeys = [...coordinatorKeys, "seed004", "seed003"]
@@ -71,7 +76,8 @@ const { values: options } = parseArgs({
     "no-ceilings": { type: "boolean", default: false },
     "no-half-peak": { type: "boolean", default: false },
     "half-peak-workloads": { type: "string" },
-    out: { type: "string" }
+    out: { type: "string" },
+    "baseline-root": { type: "string" }
   }
 })
 
@@ -183,6 +189,22 @@ const main = async () => {
         infos.push({ key, label: key, durable: true, notes: [], skipped })
     }
   }
+  // Another checkout's coordinator (the code before a change), its own process and database.
+  let baseline: CoordinatorProcess | undefined
+  const baselineRoot = options["baseline-root"]
+  await add(baselineTarget, async () => {
+    if (baselineRoot === undefined) throw new Error("--baseline-root DIR names the checkout to run")
+    const started = await startCoordinator(baselineRoot)
+    cleanups.push(started.stop)
+    baseline = started
+    const commit = execFileSync("git", ["-C", baselineRoot, "rev-parse", "--short", "HEAD"]).toString().trim()
+    const { makeSdkTarget } = await import("./targets/sdkTarget.js")
+    return makeSdkTarget(started.prefix, started.partitions, {
+      key: baselineTarget,
+      label: `coordinator at ${commit}, SDK (batched)`,
+      server: `The coordinator of the checkout at ${baselineRoot} (commit ${commit}), run as this one is, in its own process on its own database: the code a change is measured against, in the same run.`
+    })
+  })
   if (coordinator !== undefined) {
     const running = coordinator
     await add("coord-sdk", async () => {
@@ -223,7 +245,12 @@ const main = async () => {
   services.push(
     "Redis (version and persistence in seed 003's note)",
     `coordinator: ${coordinator === undefined ? "not running" : `quota-coordinator serve, pid ${coordinator.pid}, prefix ${coordinator.prefix}, database ${coordinator.database}`}`,
-    `floor: ${floor === undefined ? "not running" : `bench/floorServer.ts, pid ${floor.pid}, prefix ${floor.prefix}, database ${floor.database}`}`
+    `floor: ${floor === undefined ? "not running" : `bench/floorServer.ts, pid ${floor.pid}, prefix ${floor.prefix}, database ${floor.database}`}`,
+    ...(baseline === undefined
+      ? []
+      : [
+          `baseline: quota-coordinator serve of ${baselineRoot}, pid ${baseline.pid}, prefix ${baseline.prefix}, database ${baseline.database}`
+        ])
   )
 
   const workloads: Array<Workload> = workloadKeys
@@ -247,8 +274,11 @@ const main = async () => {
     coordinator === undefined ? undefined : { pids: [coordinator.pid], label: "coord" }
   const floorServer: ServerProcesses | undefined =
     floor === undefined ? undefined : { pids: [floor.pid], label: "floor" }
-  /** The process whose CPU a target's run reports apart: the floor's for the floor, else the coordinator's. */
-  const serverOf = (target: Target) => (target.key === floorTarget ? floorServer : coordinatorServer)
+  const baselineServer: ServerProcesses | undefined =
+    baseline === undefined ? undefined : { pids: [baseline.pid], label: "coord" }
+  /** The process whose CPU a target's run reports apart: the floor's, the baseline's, else the coordinator's. */
+  const serverOf = (target: Target) =>
+    target.key === floorTarget ? floorServer : target.key === baselineTarget ? baselineServer : coordinatorServer
   // One connection reads the server's WAL position around every measured window.
   const walPool = makePool(serverUrl, 1)
   cleanups.push(() => walPool.end())
