@@ -62,6 +62,8 @@ const idleUsers = Number(options["idle-users"])
 const discardingStore: StoreShape = {
   loadUsers: (users) => Effect.succeed(new Map(users.map((user) => [user, emptyStoredUser]))),
   write: () => Effect.void,
+  checkpoint: (_partition, _known, through) => Effect.succeed(through),
+  openPartition: () => Effect.succeed({ nextPosition: 1 }),
   recall: () => Effect.succeed({ holds: [], adjustments: [] }),
   usersWithExpiries: () => Effect.succeed([]),
   pastUsage: () => Effect.succeed([]),

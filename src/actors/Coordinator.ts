@@ -6,6 +6,7 @@
  * The transport hands each command over with the partition its subject named (`enqueueIn`): the
  * partition is computed once per command, when the request is judged, and carried from there.
  */
+import { randomBytes } from "node:crypto"
 import { Clock, Context, Effect, Fiber, Layer, Option, Random, Scope } from "effect"
 import type { Command, ListUsageCommand } from "../domain/commands.js"
 import type { Config } from "../domain/config.js"
@@ -170,7 +171,8 @@ export const makeCoordinator = (
               countExpiries(metrics, events)
               options.onPersisted?.(events)
             },
-      runFork
+      runFork,
+      newToken: () => randomBytes(8).toString("hex")
     }
 
     /** The partition actors, each with its fiber, by partition. */
@@ -194,15 +196,19 @@ export const makeCoordinator = (
       const refused = refuseListUsage(options.config, command, settings.now())
       if (refused !== null) return reply(refused)
       if (servingEpoch(command.partition) === undefined) return reply(unavailable)
-      actorOf(command.partition).read((done) =>
-        runFork(store.listUsage(command)).addObserver((exit) => {
-          if (exit._tag === "Success") reply({ status: "ok", usage: exit.value.usage, more: exit.value.more })
-          else {
-            onError("", `list_usage of partition ${command.partition} failed`, exit.cause)
-            reply(unavailable)
-          }
-          done()
-        })
+      // Read once every append of the partition is in the tables: the page shows every acknowledged change.
+      actorOf(command.partition).read(
+        (done) =>
+          runFork(store.listUsage(command)).addObserver((exit) => {
+            if (exit._tag === "Success")
+              reply({ status: "ok", usage: exit.value.usage, more: exit.value.more })
+            else {
+              onError("", `list_usage of partition ${command.partition} failed`, exit.cause)
+              reply(unavailable)
+            }
+            done()
+          }),
+        () => reply(unavailable)
       )
     }
 

@@ -48,6 +48,7 @@ import type { Envelope, Reply } from "./replies.js"
 import { answer, envelopeOf, handleOf, makeEnvelope } from "./replies.js"
 import type { Residency, Resident, ResidentHome } from "./ResidentUsers.js"
 import { makeResident } from "./ResidentUsers.js"
+import { PartitionLog } from "./PartitionLog.js"
 import { turnEndsAt } from "./turn.js"
 
 /** What every partition actor of a process shares. */
@@ -73,6 +74,8 @@ export interface PartitionSettings {
   readonly onPersisted: (events: ReadonlyArray<StoreEvent>) => void
   /** Runs a store call in the background (the coordinator's runtime); its observer reports the exit. */
   readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.Fiber<A, E>
+  /** A claim token, drawn when the actor opens its partition's log (random: unique across processes). */
+  readonly newToken: () => string
 }
 
 /** The commands decided together and written in one submission. */
@@ -87,6 +90,8 @@ interface Batch {
   decidedAt: number
   /** Set when its prefetch or write ended; the loop finishes it. */
   outcome: "prefetched" | "written" | "failed" | undefined
+  /** Its place in the log, once it writes. */
+  position: number
   /**
    * Answered `unavailable` already (the actor recovered from a crash of its own code): its store call
    * is awaited all the same, so that no user is loaded again while a write of it may still land.
@@ -140,6 +145,16 @@ export class PartitionActor implements ResidentHome {
   /** The moment the timer fiber sleeps until (Infinity: none) and how to stop it. */
   private timerAt = Infinity
   private timer: Fiber.Fiber<void> | undefined = undefined
+  /** The log: positions, appends not yet checkpointed, the checkpoint. */
+  private readonly log = new PartitionLog()
+  /** Users to load once a checkpoint brings their failed append's outcome into the tables. */
+  private loadsAfterCheckpoint: Array<Resident> = []
+  /** Dirty users at rest: the residency may take them once a checkpoint makes them clean. */
+  private restAfterCheckpoint: Array<Resident> = []
+  /** What waits for every final append to be in the tables (an admin read of them). */
+  private checkpointWaiters: Array<{ readonly ready: () => void; readonly dropped: () => void }> = []
+  /** No checkpoint starts before it after one failed (Clock ms). */
+  private checkpointRetryAt = 0
 
   constructor(
     readonly partition: number,
@@ -166,13 +181,35 @@ export class PartitionActor implements ResidentHome {
     this.queue(resident, makeEnvelope(command, reply))
   }
 
-  /** Runs a read of the partition (list_usage) counted as its work, so a drain waits for it. */
-  read(run: (done: () => void) => void): void {
+  /**
+   * Runs a read of the partition's tables (list_usage) once every final append is in them, counted as
+   * its work, so a drain waits for it. `dropped`: the partition let go of its memory first.
+   */
+  read(run: (done: () => void) => void, dropped: () => void): void {
     this.reads += 1
-    run(() => {
+    const done = () => {
       this.reads -= 1
       this.wake()
-    })
+    }
+    this.afterCheckpoint(
+      () => run(done),
+      () => {
+        dropped()
+        done()
+      }
+    )
+  }
+
+  /** Calls `ready` once every final append of the partition is in the tables. */
+  private afterCheckpoint(ready: () => void, dropped: () => void): void {
+    if (
+      this.log.openedFor !== undefined &&
+      !this.log.checkpointing &&
+      !this.log.checkpointDue(Infinity, true)
+    )
+      return ready()
+    this.checkpointWaiters.push({ ready, dropped })
+    this.wake()
   }
 
   /** Waiters answer `unavailable` from now on (their callers retry at the next owner); work in flight goes on. */
@@ -259,9 +296,18 @@ export class PartitionActor implements ResidentHome {
 
   private hasWork(): boolean {
     if (this.closed) return false
+    const now = this.settings.now()
+    if (this.checkpointDue(now)) return true
     const batch = this.batch
     if (batch !== undefined) return batch.outcome !== undefined
-    return this.inbox.length > 0 || (this.deadlines.peek()?.at ?? Infinity) <= this.settings.now()
+    return this.inbox.length > 0 || (this.deadlines.peek()?.at ?? Infinity) <= now
+  }
+
+  private checkpointDue(now: number): boolean {
+    return (
+      now >= this.checkpointRetryAt &&
+      this.log.checkpointDue(now, this.checkpointWaiters.length > 0 || this.loadsAfterCheckpoint.length > 0)
+    )
   }
 
   private isIdle(): boolean {
@@ -279,6 +325,7 @@ export class PartitionActor implements ResidentHome {
   }
 
   private step(): void {
+    if (this.checkpointDue(this.settings.now())) this.checkpoint()
     const batch = this.batch
     if (batch?.abandoned === true) {
       // Its call is back: nothing of it is answered again; its users load afresh.
@@ -341,6 +388,11 @@ export class PartitionActor implements ResidentHome {
       if (this.epoch !== undefined) this.dropEverything()
       this.epoch = epoch
     }
+    // The log first: what an earlier owner left is brought into the tables before anything is loaded.
+    if (this.log.openedFor !== epoch) {
+      if (!this.log.opening) this.open(epoch)
+      return
+    }
     const taken = this.inbox
     const count = Math.min(taken.length, this.settings.batchCommandsMax)
     this.inbox = count === taken.length ? [] : taken.slice(count)
@@ -351,6 +403,7 @@ export class PartitionActor implements ResidentHome {
       events: [],
       decidedAt: now,
       outcome: undefined,
+      position: 0,
       abandoned: false,
       call: undefined
     }
@@ -379,8 +432,81 @@ export class PartitionActor implements ResidentHome {
     if (!this.prefetch(batch)) this.decideAndWrite(batch)
   }
 
+  /**
+   * Opens the partition's log under `epoch`: the store brings what earlier owners appended into the
+   * tables and says where the next append goes. Until then nothing is loaded or decided; a failure
+   * answers the queue `unavailable` (the next command tries again).
+   */
+  private open(epoch: number): void {
+    this.log.opening = true
+    const generation = this.generation
+    const call = this.settings.runFork(this.settings.store.openPartition(this.partition))
+    call.addObserver((exit) => {
+      if (generation !== this.generation || this.closed) return
+      if (Exit.isSuccess(exit)) this.log.opened(epoch, exit.value.nextPosition, this.settings.newToken())
+      else {
+        reportStoreFailure(this.settings, "", `opening partition ${this.partition}'s log failed`, exit.cause)
+        this.log.opening = false
+        const queued = this.inbox
+        this.inbox = []
+        for (const envelope of queued) envelope.resident!.queued -= 1
+        this.answerUnavailable(queued)
+        for (const envelope of queued) this.restIfIdle(envelope.resident!)
+      }
+      this.wake()
+    })
+  }
+
+  /**
+   * Brings the appends not yet in the tables into them (off the request path: batches go on meanwhile).
+   * Then users made clean may be evicted, loads that waited for it start, reads of the tables run.
+   */
+  private checkpoint(): void {
+    const { known, through } = this.log.checkpointPlan()
+    const generation = this.generation
+    const call = this.settings.runFork(this.settings.store.checkpoint(this.partition, known, through))
+    call.addObserver((exit) => {
+      if (generation !== this.generation || this.closed) {
+        this.log.checkpointFailed()
+        return
+      }
+      const now = this.settings.now()
+      if (Exit.isFailure(exit)) {
+        reportStoreFailure(this.settings, "", `checkpoint of partition ${this.partition} failed`, exit.cause)
+        this.log.checkpointFailed()
+        this.checkpointRetryAt = now + failedWriteRetryDelayMs
+        this.wake()
+        return
+      }
+      this.log.checkpointDone(exit.value, now)
+      const resting = this.restAfterCheckpoint
+      this.restAfterCheckpoint = []
+      for (const resident of resting) {
+        resident.awaitingCheckpoint = false
+        this.restIfIdle(resident)
+      }
+      if (!this.log.loadsBlocked() && this.loadsAfterCheckpoint.length > 0) {
+        const waiting = this.loadsAfterCheckpoint
+        this.loadsAfterCheckpoint = []
+        this.load(waiting, now)
+      }
+      if (!this.log.checkpointDue(Infinity, true)) {
+        const ready = this.checkpointWaiters
+        this.checkpointWaiters = []
+        for (const waiter of ready) waiter.ready()
+      }
+      this.wake()
+    })
+  }
+
   /** One store call loads every user of `residents`; their commands go back to the front of the queue. */
   private load(residents: Array<Resident>, now: number): void {
+    if (this.log.loadsBlocked()) {
+      // An append of theirs failed and may have landed: not before the tables hold its outcome.
+      this.loadsAfterCheckpoint.push(...residents)
+      this.wake()
+      return
+    }
     const generation = this.generation
     this.reads += 1
     const call = this.settings.runFork(
@@ -505,11 +631,23 @@ export class PartitionActor implements ResidentHome {
       this.finishWritten(batch)
       return
     }
-    const call = this.settings.runFork(
-      this.settings.store.write(batch.events, { partition: this.partition, epoch: this.epoch! })
-    )
+    if (this.log.full()) {
+      // Checkpoints are behind (the store failing them): the tail stays bounded, nothing more is appended.
+      this.settings.onError(
+        "",
+        `partition ${this.partition}: ${this.log.unprojectedRows()} appends wait for a checkpoint; refusing writes until it catches up`,
+        undefined
+      )
+      this.failBatch()
+      return
+    }
+    const { target, open } = this.log.take(this.partition, this.epoch!)
+    batch.position = target.position
+    const call = this.settings.runFork(this.settings.store.write(batch.events, target))
     batch.call = call
     call.addObserver((exit) => {
+      if (Exit.isFailure(exit)) this.log.failed(target.position, open)
+      else this.log.confirmed(target.position, batch.events, this.settings.now(), open)
       if (this.batch !== batch) return
       batch.call = undefined
       if (Exit.isFailure(exit))
@@ -589,6 +727,7 @@ export class PartitionActor implements ResidentHome {
     for (const resident of batch.residents) {
       resident.inBatch = false
       resident.lastActiveAt = batch.decidedAt
+      if (batch.position > 0) resident.lastPosition = batch.position
       if (resident.state !== undefined) {
         if (this.releasing) this.answerUnavailable(this.takeWaiters(resident))
         this.schedule(resident, nextDeadline(settings.config, resident.state))
@@ -654,6 +793,14 @@ export class PartitionActor implements ResidentHome {
    */
   private dropEverything(): void {
     this.generation += 1
+    // The log's tail stays in the store: the next open brings it into the tables before any load.
+    this.log.reset()
+    this.loadsAfterCheckpoint = []
+    for (const resident of this.restAfterCheckpoint) resident.awaitingCheckpoint = false
+    this.restAfterCheckpoint = []
+    const waiting = this.checkpointWaiters
+    this.checkpointWaiters = []
+    for (const waiter of waiting) waiter.dropped()
     const answered: Array<Envelope> = []
     for (const resident of this.users.values()) answered.push(...this.takeWaiters(resident))
     const batch = this.batch
@@ -687,7 +834,13 @@ export class PartitionActor implements ResidentHome {
     // Nothing to keep (its state is to be loaded again anyway), unless a retry is due for it.
     if (resident.state === undefined && resident.deadline === Infinity)
       this.settings.residency.evict(resident)
-    else this.settings.residency.rest(resident)
+    else if (this.log.isDirty(resident.lastPosition)) {
+      // Changes not yet in the tables: a load would miss them, so it stays until a checkpoint.
+      if (!resident.awaitingCheckpoint) {
+        resident.awaitingCheckpoint = true
+        this.restAfterCheckpoint.push(resident)
+      }
+    } else this.settings.residency.rest(resident)
   }
 
   /** Ends a user's waits with `busy` (the residency evicts it: too many users at rest with waiters). */
@@ -730,7 +883,10 @@ export class PartitionActor implements ResidentHome {
    * deadline moves earlier than the one it sleeps until.
    */
   private armTimer(): void {
-    const at = this.deadlines.peek()?.at ?? Infinity
+    const at = Math.min(
+      this.deadlines.peek()?.at ?? Infinity,
+      Math.max(this.log.checkpointDueAt(), this.checkpointRetryAt)
+    )
     if (at >= this.timerAt && this.timer !== undefined) return
     if (at === Infinity) return
     const previous = this.timer

@@ -29,6 +29,10 @@ export interface Resident extends RecencyLinks<Resident> {
   lastActiveAt: number
   /** The deadline the partition's timer holds for it (Infinity: none). */
   deadline: number
+  /** The log position of its last change (0: none since loaded); above the checkpoint, it is dirty. */
+  lastPosition: number
+  /** At rest but dirty: listed to be put at rest once a checkpoint makes it clean. */
+  awaitingCheckpoint: boolean
   /** The residency's list that holds it while at rest; undefined otherwise. Only Residency writes it. */
   restingIn: RecencyList<Resident> | undefined
   /** The partition actor that holds it, so that the residency can take it out when it evicts it. */
@@ -53,6 +57,8 @@ export const makeResident = (user: string, home: ResidentHome, now: number): Res
   inBatch: false,
   lastActiveAt: now,
   deadline: Infinity,
+  lastPosition: 0,
+  awaitingCheckpoint: false,
   restingIn: undefined,
   home,
   newer: undefined,

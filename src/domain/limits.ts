@@ -129,6 +129,26 @@ export const residentActorsMax = 100_000
 /** An actor with nothing queued, no waiters and no write in flight is evicted after this idle time. */
 export const actorIdleMs = 60_000
 
+/**
+ * A partition actor checkpoints (brings its log's appends into the tables, off the request path) once
+ * this many appends wait for it, or checkpointIntervalMs after the oldest of them, whichever is first.
+ * The tail a new owner brings in after a crash is bounded by them.
+ */
+export const checkpointLogRowsMax = 64
+export const checkpointIntervalMs = 1_000
+
+/**
+ * Appends of a partition that may wait for a checkpoint (the store failing them). Past it, a batch that
+ * would append more is answered `unavailable` until a checkpoint catches up: the tail stays bounded.
+ */
+export const unprojectedLogRowsMax = 4_096
+
+/**
+ * Log rows one checkpoint transaction reads back and projects (a new owner bringing a long tail in);
+ * the rest go in the next transactions.
+ */
+export const checkpointRowsPerTransactionMax = 256
+
 /** Store events written in one commit by the group-commit writer; the rest wait for the next commit. */
 export const storeEventsPerCommitMax = 8_192
 

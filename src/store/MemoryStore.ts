@@ -238,6 +238,9 @@ export const makeMemoryStore = (options: MemoryStoreOptions = {}): MemoryStore =
         },
         catch: toUnavailable
       }),
+    // Writes apply to the rows at once: there is no log to bring into them.
+    checkpoint: (_partition, _known, through) => Effect.succeed(through),
+    openPartition: () => Effect.succeed({ nextPosition: 1 }),
     recall: (user, ids, now) =>
       Effect.sync(() => {
         const stored = loadRows(user, now)

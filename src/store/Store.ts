@@ -39,6 +39,10 @@ export interface UsageListPage {
 export interface WriteTarget {
   readonly partition: number
   readonly epoch: number
+  /** The batch's place in its partition's log: the writer's next, never handed out twice by it. */
+  readonly position: number
+  /** The writer's claim token (drawn when it began to serve the partition): part of its events' ids. */
+  readonly token: string
 }
 
 export interface StoreShape {
@@ -73,6 +77,25 @@ export interface StoreShape {
     events: ReadonlyArray<StoreEvent>,
     target?: WriteTarget
   ) => Effect.Effect<void, StoreUnavailable>
+  /**
+   * Brings the partition's log into the tables (the checkpoint) up to `through`: `known` are appends the
+   * caller made and holds (only the rest are read back); every append at or below `through` must be
+   * final. Returns the position every row at or below which is now in the tables (a partition actor
+   * may let go of a user whose last change is at or below it). Off the request path.
+   */
+  readonly checkpoint: (
+    partition: number,
+    known: ReadonlyArray<{ readonly position: number; readonly events: ReadonlyArray<StoreEvent> }>,
+    through: number
+  ) => Effect.Effect<number, StoreUnavailable>
+  /**
+   * Before a partition actor serves a partition: what earlier owners appended and did not checkpoint
+   * is brought into the tables (so loads see every acknowledged change), and the position its first
+   * append takes is returned.
+   */
+  readonly openPartition: (
+    partition: number
+  ) => Effect.Effect<{ readonly nextPosition: number }, StoreUnavailable>
   /**
    * Users with a pending hold or a slot lease due at or before `now`, at most `limit` of them (the
    * orphan sweep); only of `partitions` when given (a process sweeps the partitions it owns).

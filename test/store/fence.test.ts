@@ -109,7 +109,11 @@ describe.each([false, true])("fenced writes (pipelined: %s)", (pipelined) => {
     }
     const opened = await acquireScoped(makePostgresStore({ pool, schema, partitions, fence, pipelined }))
     const write = (id: string, epoch: number) =>
-      Effect.runPromise(Effect.result(opened.value.write([holdEvent(user, id)], { partition, epoch })))
+      Effect.runPromise(
+        Effect.result(
+          opened.value.write([holdEvent(user, id)], { partition, epoch, position: epoch * 10, token: "test" })
+        )
+      )
     // Decided from memory loaded under epoch 1 (a write queued before the loss): refused before sending.
     expect(Result.isFailure(await write("queued-before-loss", 1))).toBe(true)
     expect(Result.isSuccess(await write("decided-now", 3))).toBe(true)

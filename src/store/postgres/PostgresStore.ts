@@ -12,6 +12,7 @@ import {
   loadRememberedIdsPerUserMax,
   storeConnectTimeoutMs,
   storeEventsPerCommitMax,
+  checkpointRowsPerTransactionMax,
   storeLoadsInFlightMax,
   storeUsersPerLoadMax,
   storeWritersMax,
@@ -51,6 +52,8 @@ import {
 } from "./writeEvents.js"
 import type { FencedWrite } from "./writeEvents.js"
 import { pingWritable, refuseUnlessWritable } from "./writablePrimary.js"
+import type { LogAppend, LogEntry } from "./partitionLog.js"
+import { appendGroup, checkpointPartition, logStatements } from "./partitionLog.js"
 
 /** The schema when configuration names none. */
 export const defaultSchema = "quota"
@@ -204,6 +207,7 @@ export const makePostgresStore = (
     const loadStatementName = statementName("loadUsers", schema)
     const clash = claimStatementNames(pool, [
       ...Object.values(statements),
+      ...Object.values(logStatements(schema)),
       { name: loadStatementName, text: queries.loadUsers }
     ])
     if (clash !== null) {
@@ -217,21 +221,27 @@ export const makePostgresStore = (
     const metrics = options.metrics ?? noMetrics
     const settleUnknownOutcomes = options.settleUnknownOutcomes ?? options.pipelined ?? false
     const doubts = makeOutcomeDoubts(pool, settleUnknownOutcomes)
+    const pipelined = options.pipelined ?? false
+    const identify = settleUnknownOutcomes ? identifyBackend : undefined
+    const log = { ...statements, ...logStatements(schema) }
     const commitGroup = (writes: ReadonlyArray<FencedWrite>) =>
       Effect.tryPromise({
         try: async () => {
           // No group starts while a commit of unknown outcome recorded before it may still land: its rows
           // would be decided from memory that the late commit is about to contradict.
           if (doubts.pending()) await doubts.settle()
-          await writeGroup(
-            pool,
-            statements,
-            writes,
-            partitions,
-            options.fence,
-            options.pipelined ?? false,
-            settleUnknownOutcomes ? identifyBackend : undefined
-          )
+          // A partition actor's batches are appended to their partitions' logs; a write without a target
+          // (a test's seed) is projected into the tables at once.
+          if (writes[0]!.target !== undefined)
+            await appendGroup(
+              pool,
+              log,
+              writes as ReadonlyArray<LogAppend>,
+              options.fence,
+              pipelined,
+              identify
+            )
+          else await writeGroup(pool, statements, writes, partitions, options.fence, pipelined, identify)
         },
         catch: (cause) => {
           if (cause instanceof PartitionsFenced) metrics.writeFenced()
@@ -260,6 +270,36 @@ export const makePostgresStore = (
       closed: () => new StoreUnavailable({ reason: "the store is shutting down" })
     })
 
+    const seeds = yield* makeGroupCommit<FencedWrite, StoreUnavailable>({
+      commit: commitGroup,
+      itemsPerCommitMax: options.eventsPerCommitMax ?? storeEventsPerCommitMax,
+      sizeOf: (write) => write.events.length,
+      isolate: failedBecauseOfOneSubmission,
+      closed: () => new StoreUnavailable({ reason: "the store is shutting down" })
+    })
+
+    /** One checkpoint transaction of a partition; a COMMIT of unknown outcome is settled before anything reads. */
+    const checkpointOnce = (partition: number, known: ReadonlyArray<LogEntry>, through: number) =>
+      Effect.tryPromise({
+        try: async () => {
+          if (doubts.pending()) await doubts.settle()
+          return await checkpointPartition(
+            pool,
+            log,
+            partition,
+            known,
+            through,
+            partitions,
+            pipelined,
+            identify
+          )
+        },
+        catch: (cause) => {
+          if (cause instanceof WriteOutcomeUnknown) doubts.add(cause.backend)
+          return storeUnavailable(`checkpoint partition ${partition}`)(cause)
+        }
+      })
+
     const loads = makeLoadBatch<string, StoredUser>({
       query: async (users, now) => {
         // Named on a real server only: see queryConfig in writeEvents.ts for the embedded database.
@@ -282,8 +322,13 @@ export const makePostgresStore = (
     const { outboxCounts } = options
     const recordEvents = options.recordEvents ?? true
     /** One submission: a group never splits it, so the write is all or nothing (see GroupCommit). */
+    // Appends and a test's seeds never share a group: the first write of a group says which it is.
     const submit = (events: ReadonlyArray<StoreEvent>, target: WriteTarget | undefined) =>
-      events.length === 0 ? Effect.void : groupCommit.submit([{ events, target }])
+      events.length === 0
+        ? Effect.void
+        : target === undefined
+          ? seeds.submit([{ events, target }])
+          : groupCommit.submit([{ events, target }])
     const write = (
       events: ReadonlyArray<StoreEvent>,
       target?: WriteTarget
@@ -323,6 +368,17 @@ export const makePostgresStore = (
           )
         }),
       write,
+      checkpoint: (partition, known, through) =>
+        Effect.map(checkpointOnce(partition, known, through), ({ checkpointed }) => checkpointed),
+      openPartition: (partition) =>
+        Effect.gen(function* () {
+          // The tail a previous owner left, brought into the tables before anything of it is loaded.
+          for (;;) {
+            const outcome = yield* checkpointOnce(partition, [], Infinity)
+            if (outcome.projected < checkpointRowsPerTransactionMax)
+              return { nextPosition: Math.max(outcome.last, outcome.checkpointed) + 1 }
+          }
+        }),
       recall: (user, ids, now) =>
         Effect.tryPromise({
           try: async () => {

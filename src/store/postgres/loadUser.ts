@@ -10,7 +10,7 @@ import { periodNoneSentinel } from "./writeEvents.js"
 
 /**
  * A hold row as JSON, with its consume keys (those applied since the hold was created, found through
- * usage_ledger_applied_once).
+ * usage_ledger_consume_keys).
  */
 const holdJson = (schema: string, hold: string, user: string): string => `json_build_object(
   'id', ${hold}.id, 'meter', ${hold}.meter, 'amount', ${hold}.amount, 'consumed', ${hold}.consumed,
@@ -19,8 +19,7 @@ const holdJson = (schema: string, hold: string, user: string): string => `json_b
   'consumeKeys', coalesce((
     select json_agg(entry.key)
     from "${schema}".usage_ledger as entry
-    where entry.user_id = ${user} and entry.operation = 'consume'
-      and coalesce(entry.hold_id, '') = ${hold}.id
+    where entry.user_id = ${user} and entry.operation = 'consume' and entry.hold_id = ${hold}.id
       -- Only this incarnation's keys (a hold id reused after retention starts with none), with a slack
       -- for a clock that read earlier than the hold's creation when the key was applied.
       and entry.at >= ${hold}.created_at - ${consumeKeyClockSlackMs}

@@ -68,7 +68,13 @@ const pairKey = (user: string, other: string): string => `${user.length}:${user}
  * A write with a target gives every row its partition; one without (tests of the store alone) has
  * each row's computed from its user.
  */
-export const collapseWrites = (writes: ReadonlyArray<FencedWrite>, partitions: number): CollapsedGroup => {
+export const collapseWrites = (
+  writes: ReadonlyArray<{
+    readonly events: ReadonlyArray<StoreEvent>
+    readonly target?: { readonly partition: number } | undefined
+  }>,
+  partitions: number
+): CollapsedGroup => {
   const holds = new Map<string, InPartition<{ user: string; hold: HoldRecord }>>()
   const ledger: Array<Extract<StoreEvent, { kind: "ledger" }>> = []
   const usage = new Map<string, InPartition<Extract<StoreEvent, { kind: "usage" }>>>()
@@ -273,7 +279,7 @@ export interface FencedWrite {
  * lost and claimed again: its memory is from before the claim). A write with a target is checked once;
  * one without (tests of the store alone) per event, under the epoch held now.
  */
-const fenceOf = (
+export const fenceOf = (
   fence: Fence,
   writes: ReadonlyArray<FencedWrite>,
   partitions: number
@@ -410,12 +416,8 @@ const lostPartitionsOf = (error: unknown): ReadonlyArray<number> | undefined => 
 }
 
 /**
- * Runs the group's statements between BEGIN and COMMIT on one client: BEGIN, the fence check (when
- * scaled out), one statement per table, COMMIT. With `pipelined` they are all sent at once and cost
- * one round trip; a failure anywhere aborts the transaction and COMMIT answers ROLLBACK, so the
- * group is all or nothing either way. `identify` names the connection's server process before anything
- * is sent, so that a COMMIT left without an answer can be made final (WriteOutcomeUnknown); without
- * it (the embedded database, one session) such a failure is thrown as it came.
+ * Applies a group of events to the tables in one transaction (the projection: a checkpoint, or a
+ * test's seed), fenced with the epochs of its partitions when scaled out.
  */
 export const writeGroup = async (
   pool: pg.Pool,
@@ -428,7 +430,46 @@ export const writeGroup = async (
 ): Promise<void> => {
   const queries = groupQueries(statements, collapseWrites(writes, partitions))
   if (queries.length === 0) return
-  const fenced = fence === undefined ? undefined : fenceOf(fence, writes, partitions)
+  await runFencedTransaction(
+    pool,
+    statements,
+    queries,
+    fenceOf,
+    writes,
+    partitions,
+    fence,
+    pipelined,
+    identify
+  )
+}
+
+/** The partitions and epochs a group's fence checks, or a throw before anything is sent. */
+export type FenceOf = (
+  fence: Fence,
+  writes: ReadonlyArray<FencedWrite>,
+  partitions: number
+) => { partitions: Array<number>; epochs: Array<number> }
+
+/**
+ * Runs `queries` between BEGIN and COMMIT on one client, after the fence check of the partitions the
+ * writes touch (when scaled out). With `pipelined` they are all sent at once and cost one round trip; a
+ * failure anywhere aborts the transaction and COMMIT answers ROLLBACK, so the group is all or nothing
+ * either way. `identify` names the connection's server process before anything is sent, so that a
+ * COMMIT left without an answer can be made final (WriteOutcomeUnknown); without it (the embedded
+ * database, one session) such a failure is thrown as it came.
+ */
+export const runFencedTransaction = async (
+  pool: pg.Pool,
+  statements: Pick<WriteStatements, "assertFence">,
+  queries: ReadonlyArray<GroupQuery>,
+  fenceWrites: FenceOf,
+  writes: ReadonlyArray<FencedWrite>,
+  partitions: number,
+  fence?: Fence,
+  pipelined = false,
+  identify?: (client: pg.PoolClient) => Promise<BackendIdentity>
+): Promise<void> => {
+  const fenced = fence === undefined ? undefined : fenceWrites(fence, writes, partitions)
   const all: Array<GroupQuery> = [{ text: "begin", values: [] }]
   if (fence !== undefined && fenced !== undefined) {
     all.push({ ...statements.assertFence, values: [fenced.partitions, fenced.epochs, fence.owner] })
@@ -505,7 +546,7 @@ export const submitCorked = (
 }
 
 /** One statement after another, stopping at the first failure (what pipelining does in one trip). */
-const sequentially = async (
+export const sequentially = async (
   client: pg.PoolClient,
   queries: ReadonlyArray<GroupQuery>
 ): Promise<Array<PromiseSettledResult<pg.QueryResult>>> => {

@@ -1,0 +1,227 @@
+/**
+ * The partition log in Postgres (migration 0010): the request path's write is one appended row per
+ * partition actor's batch; the tables are its checkpoint, written off the request path.
+ *
+ * - `appendGroup`: one transaction for a group commit of many partitions' batches: the epoch fence of
+ *   their partitions, then one INSERT per row (a named statement: the bodies go as parameters, not
+ *   escaped into an array literal), COMMIT.
+ * - `checkpointPartition`: one transaction per partition: lock the partition's progress row (so two
+ *   checkpoints of a partition never project the same rows, whoever runs them: its owner, a new owner
+ *   bringing the tail in, a test checking the tables), project the rows after `checkpointed` up to
+ *   `through` (those the owner holds in memory, the rest read back), move `checkpointed`, delete the
+ *   rows both checkpointed and published. The projection is the rows' events collapsed to their last
+ *   image per table row (writeEvents.ts): deterministic from the log, so it needs no fence.
+ */
+import pg from "pg"
+import type { StoreEvent } from "../../domain/events.js"
+import { checkpointRowsPerTransactionMax } from "../../domain/limits.js"
+import type { BackendIdentity, Fence } from "../Fence.js"
+import { PartitionsFenced, WriteOutcomeUnknown } from "../Fence.js"
+import type { WriteTarget } from "../Store.js"
+import { withCheckedOutClient } from "./checkedOutClient.js"
+import type { FencedWrite, GroupQuery, WriteStatements } from "./writeEvents.js"
+import {
+  collapseWrites,
+  groupQueries,
+  runFencedTransaction,
+  sequentially,
+  statementName,
+  submitCorked
+} from "./writeEvents.js"
+
+/** A batch the owner appended and holds in memory: its position and its events. */
+export interface LogEntry {
+  readonly position: number
+  readonly events: ReadonlyArray<StoreEvent>
+}
+
+/** A write to the log: a partition actor's batch at its position. */
+export interface LogAppend {
+  readonly events: ReadonlyArray<StoreEvent>
+  readonly target: WriteTarget
+}
+
+const logStatementTexts = (schema: string) => ({
+  appendRow: `
+    insert into "${schema}".partition_log (partition, position, token, events, body)
+    values ($1, $2, $3, $4, $5)`,
+  ensureProgress: `
+    insert into "${schema}".partition_progress (partition) values ($1) on conflict (partition) do nothing`,
+  lockProgress: `
+    select checkpointed::text as checkpointed, published::text as published
+    from "${schema}".partition_progress where partition = $1 for update`,
+  // The rows after `checkpointed` up to $3 that the caller does not hold ($4), oldest first.
+  readRows: `
+    select position::text as position, body from "${schema}".partition_log
+    where partition = $1 and position > $2 and position <= $3 and not (position = any($4::bigint[]))
+    order by position limit $5`,
+  setCheckpointed: `
+    update "${schema}".partition_progress set checkpointed = $2 where partition = $1`,
+  trim: `
+    delete from "${schema}".partition_log
+    where partition = $1 and position <= least($2::bigint, $3::bigint)`,
+  lastPosition: `
+    select coalesce(max(position), 0)::text as last from "${schema}".partition_log where partition = $1`
+})
+
+type LogStatementKey = keyof ReturnType<typeof logStatementTexts>
+export type LogStatements = {
+  readonly [key in LogStatementKey]: { readonly name: string; readonly text: string }
+}
+
+export const logStatements = (schema: string): LogStatements => {
+  const texts = logStatementTexts(schema)
+  const named = {} as Record<LogStatementKey, { name: string; text: string }>
+  for (const key of Object.keys(texts) as Array<LogStatementKey>)
+    named[key] = { name: statementName(key, schema), text: texts[key] }
+  return named
+}
+
+/** What a row's body holds: the batch's events in decision order. */
+export const encodeBody = (events: ReadonlyArray<StoreEvent>): string => JSON.stringify(events)
+export const decodeBody = (body: string): ReadonlyArray<StoreEvent> => JSON.parse(body) as Array<StoreEvent>
+
+/** How many of a batch's events are published (kind `event`). */
+export const publishedEventsIn = (events: ReadonlyArray<StoreEvent>): number => {
+  let count = 0
+  for (const event of events) if (event.kind === "event") count += 1
+  return count
+}
+
+/** Every append of a group names its partition and epoch: the fence checks each once. */
+const fenceOfAppends = (
+  fence: Fence,
+  writes: ReadonlyArray<FencedWrite>
+): { partitions: Array<number>; epochs: Array<number> } => {
+  const partitions: Array<number> = []
+  const epochs: Array<number> = []
+  const refused: Array<number> = []
+  for (const { target } of writes) {
+    if (target === undefined) throw new Error("bug: an append without its partition")
+    const held = fence.epochOf(target.partition)
+    if (held === undefined || held !== target.epoch) refused.push(target.partition)
+    else {
+      partitions.push(target.partition)
+      epochs.push(target.epoch)
+    }
+  }
+  if (refused.length > 0) throw new PartitionsFenced(refused)
+  return { partitions, epochs }
+}
+
+/** Appends a group's rows in one transaction, fenced with each partition's epoch when scaled out. */
+export const appendGroup = async (
+  pool: pg.Pool,
+  statements: LogStatements & Pick<WriteStatements, "assertFence">,
+  appends: ReadonlyArray<LogAppend>,
+  fence: Fence | undefined,
+  pipelined: boolean,
+  identify?: (client: pg.PoolClient) => Promise<BackendIdentity>
+): Promise<void> => {
+  const queries: Array<GroupQuery> = appends.map(({ events, target }) => ({
+    ...statements.appendRow,
+    values: [target.partition, target.position, target.token, publishedEventsIn(events), encodeBody(events)]
+  }))
+  const writes: ReadonlyArray<FencedWrite> = appends
+  await runFencedTransaction(pool, statements, queries, fenceOfAppends, writes, 0, fence, pipelined, identify)
+}
+
+export interface CheckpointOutcome {
+  /** Every row at or below it is in the tables. */
+  readonly checkpointed: number
+  /** The highest position the log holds now, at or above `checkpointed` (0: an empty log). */
+  readonly last: number
+  /** Rows it projected (from memory and read back). */
+  readonly projected: number
+}
+
+/**
+ * Projects a partition's rows after its checkpoint up to `through` (Infinity: every row, at most
+ * checkpointRowsPerTransactionMax of them; the caller loops until none is left) into the tables, in one
+ * transaction; `known` are rows the caller holds (its own appends, confirmed): only the others are read
+ * back. `through` may name positions with no row (an append that failed): every append at or below it
+ * must be final (committed or not) when this runs. The reads go one by one (what to project depends on
+ * them); the writes and COMMIT go in one round trip when `pipelined`. Returns where the checkpoint
+ * stands. A COMMIT left without an answer throws WriteOutcomeUnknown (the store settles it).
+ */
+export const checkpointPartition = async (
+  pool: pg.Pool,
+  statements: LogStatements & WriteStatements,
+  partition: number,
+  known: ReadonlyArray<LogEntry>,
+  through: number,
+  partitions: number,
+  pipelined: boolean,
+  identify?: (client: pg.PoolClient) => Promise<BackendIdentity>
+): Promise<CheckpointOutcome> =>
+  withCheckedOutClient(pool, async (client) => {
+    const backend = identify === undefined ? undefined : await identify(client)
+    const config = (statement: GroupQuery): pg.QueryConfig =>
+      pipelined && statement.name !== undefined
+        ? { name: statement.name, text: statement.text, values: [...statement.values] }
+        : { text: statement.text, values: [...statement.values] }
+    const query = <Row extends pg.QueryResultRow>(
+      statement: { readonly name: string; readonly text: string },
+      values: ReadonlyArray<unknown>
+    ) => client.query<Row>(config({ ...statement, values }))
+    await client.query("begin")
+    await query(statements.ensureProgress, [partition])
+    const progress = (
+      await query<{ checkpointed: string; published: string }>(statements.lockProgress, [partition])
+    ).rows[0]!
+    const checkpointed = Number(progress.checkpointed)
+    const upTo = Number.isFinite(through) ? through : Number.MAX_SAFE_INTEGER
+    const held = known.filter((entry) => entry.position > checkpointed && entry.position <= upTo)
+    const readBack = await query<{ position: string; body: string }>(statements.readRows, [
+      partition,
+      checkpointed,
+      upTo,
+      held.map((entry) => entry.position),
+      checkpointRowsPerTransactionMax
+    ])
+    const last = Number((await query<{ last: string }>(statements.lastPosition, [partition])).rows[0]!.last)
+    const entries: Array<LogEntry> = [
+      ...held,
+      ...readBack.rows.map((row) => ({ position: Number(row.position), events: decodeBody(row.body) }))
+    ].sort((left, right) => left.position - right.position)
+    // Read back in pieces (a new owner's tail): this transaction goes no further than what it read.
+    const readEverything = readBack.rows.length < checkpointRowsPerTransactionMax
+    const highest = entries.length === 0 ? checkpointed : entries[entries.length - 1]!.position
+    // Every append at or below a finite `through` is final, so nothing can land there any more; with no
+    // bound, the log as it stands now.
+    const reached = !readEverything ? highest : Number.isFinite(through) ? through : Math.max(last, highest)
+    const newCheckpointed = Math.max(checkpointed, reached)
+    const writes: Array<GroupQuery> =
+      entries.length === 0
+        ? []
+        : [
+            ...groupQueries(
+              statements,
+              collapseWrites(
+                entries.map((entry) => ({ events: entry.events, target: { partition } })),
+                partitions
+              )
+            )
+          ]
+    if (newCheckpointed !== checkpointed)
+      writes.push({ ...statements.setCheckpointed, values: [partition, newCheckpointed] })
+    // Events are published from the outbox the projection fills: a checkpointed row is done with.
+    writes.push({ ...statements.trim, values: [partition, newCheckpointed, newCheckpointed] })
+    writes.push({ text: "commit", values: [] })
+    const settled = pipelined
+      ? await Promise.allSettled(submitCorked(client, writes))
+      : await sequentially(client, writes)
+    const failure = settled.find((outcome) => outcome.status === "rejected")
+    const commit = settled.length === writes.length ? settled[settled.length - 1] : undefined
+    if (failure !== undefined) {
+      const serverRefused = settled.some(
+        (outcome) => outcome.status === "rejected" && outcome.reason instanceof pg.DatabaseError
+      )
+      if (commit?.status === "rejected" && !serverRefused && backend !== undefined)
+        throw new WriteOutcomeUnknown(backend, failure.reason)
+      throw failure.reason
+    }
+    if (commit?.status === "fulfilled" && commit.value.command !== "COMMIT")
+      throw new Error(`commit answered ${commit.value.command}`)
+    return { checkpointed: newCheckpointed, last: Math.max(last, newCheckpointed), projected: entries.length }
+  })
