@@ -29,8 +29,8 @@ export const makePostgresOutbox = (
   pool: pg.Pool,
   schema: string,
   createdAt: number,
-  /** The store's (PostgresStore.readSettled); by default each read runs as it is (tests of the outbox). */
-  readSettled: SettledRead = (read) => read()
+  /** The store's (PostgresStore.readSettled): without it, rows the standby lacks could be published. */
+  readSettled: SettledRead
 ): OutboxShape => {
   const statements = outboxStatements(schema)
   return {
