@@ -42,12 +42,17 @@ const prefixes: Array<string> = []
 const closers: Array<() => Promise<void>> = []
 
 afterAll(async () => {
-  for (const close of closers.reverse()) await close().catch(() => undefined)
-  if (nc !== undefined)
-    for (const prefix of prefixes)
-      await (await jetstreamManager(nc)).streams.delete(streamOf(prefix)).catch(() => false)
-  await nc?.close()
-  for (const pair of pairs) await pair.stop()
+  try {
+    for (const close of closers.reverse()) await close().catch(() => undefined)
+    if (nc !== undefined) {
+      const manager = await jetstreamManager(nc)
+      for (const prefix of prefixes) await manager.streams.delete(streamOf(prefix)).catch(() => false)
+    }
+    await nc?.close()
+  } finally {
+    // The servers are this file's own: they must not outlive it, whatever failed above.
+    for (const pair of pairs) await pair.stop()
+  }
 })
 
 /** A standby pair, a NATS connection and a stream of the test's own. */
