@@ -278,7 +278,11 @@ const main = async () => {
     baseline === undefined ? undefined : { pids: [baseline.pid], label: "coord" }
   /** The process whose CPU a target's run reports apart: the floor's, the baseline's, else the coordinator's. */
   const serverOf = (target: Target) =>
-    target.key === floorTarget ? floorServer : target.key === baselineTarget ? baselineServer : coordinatorServer
+    target.key === floorTarget
+      ? floorServer
+      : target.key === baselineTarget
+        ? baselineServer
+        : coordinatorServer
   // One connection reads the server's WAL position around every measured window.
   const walPool = makePool(serverUrl, 1)
   cleanups.push(() => walPool.end())
