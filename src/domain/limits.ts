@@ -213,6 +213,14 @@ export const storeQueryTimeoutMsMax = 300_000
  */
 export const storeOutcomeSettleWaitMs = 2_000
 
+/**
+ * A read of the store (a load, a recall, the events outbox) during which a settle ended the backend of a
+ * doubtful commit may have seen that commit before the synchronous standby had it: it is run again after
+ * the settle's replication barrier, up to this many times in all. Past it (doubts ended during every
+ * attempt) the read fails with `StoreUnavailable` (callers answer `unavailable`; the publisher retries).
+ */
+export const storeSettledReadAttemptsMax = 3
+
 /** Partitions when QUOTA_PARTITIONS is unset (PROTOCOL.md). */
 export const partitionsDefault = 64
 

@@ -16,12 +16,18 @@
  *
  * Exactly once does not rest on the duplicate window alone: rows are removed only after a batch was
  * published, so an outage of Postgres between the two that outlasts the window (2 minutes by default)
- * would publish them again as new messages. Each partition's publisher therefore knows the last
- * recording order the stream holds for it: read from the stream when it starts (the last message on
- * the partition's subjects: a partition's events are published in recording order, each acknowledged
- * before the next), then advanced with every acknowledgement. Rows at or below it are removed without
- * being published again. That holds only because a partition's rows commit in seq order: each write
- * that records events locks its partitions' outboxes first (writeEvents.ts, outboxLockNamespace).
+ * would publish them again as new messages. Each partition's publisher therefore knows, per incarnation
+ * of the database (Outbox.ts: seq goes back after a promotion or a restore, the incarnation changes),
+ * the last recording order the stream holds for it: read from the stream when it starts (the last
+ * message on the partition's subjects: a partition's events are published in recording order, each
+ * acknowledged before the next), then advanced with every acknowledgement. A row of the same
+ * incarnation at or below it is removed without being published again: its own event is in the stream.
+ * A row of another incarnation is published (a re-publish within the duplicate window is kept once).
+ * That holds only because a partition's rows commit in seq order: each write that records events
+ * locks its partitions' outboxes first (writeEvents.ts, outboxLockNamespace).
+ *
+ * Nothing is published that the synchronous standby does not have: the outbox is read as the store's
+ * loads are, after commits of unknown outcome are settled and replicated (outcomeDoubts.ts).
  *
  * A publish that failed has an unknown outcome: a timeout or a lost connection may come after the
  * stream stored the event and only its acknowledgement was lost. So the last recording order is read
@@ -42,7 +48,7 @@ import {
 import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
 import type { EventSinkShape, EventsUnavailable } from "./JetStreamSink.js"
 import type { OutboxRow, OutboxShape } from "./Outbox.js"
-import { eventIdOf } from "./Outbox.js"
+import { eventIdOf, outboxPositionOf } from "./Outbox.js"
 import type { OutboxCounts } from "./OutboxCounts.js"
 
 export interface EventPublisherOptions {
@@ -73,13 +79,16 @@ export const publishedBody = (row: OutboxRow, partition: number, databaseTag: st
   const { event, at, ...fields } = JSON.parse(row.body) as { event: string; at: number }
   return JSON.stringify({
     event,
-    eventId: eventIdOf(databaseTag, row.seq),
+    eventId: eventIdOf(databaseTag, row),
     user: row.user,
     partition,
     at,
     ...fields
   })
 }
+
+/** Per incarnation of the database, the last seq of the partition that the stream holds. */
+type Progress = Map<string, number>
 
 /** `doubtful`: a publish failed, and the stream may hold its event (only the acknowledgement lost). */
 type Outcome = "drained" | "more" | "failed" | "doubtful" | "lost"
@@ -104,22 +113,22 @@ export const makeEventPublisher = (
     }
 
     /**
-     * The last recording order of this database that the stream holds for the partition (0: none): what
-     * an earlier publisher of the partition, in this process or another, got acknowledged.
+     * The last recording order of this database that the stream holds for the partition, by incarnation
+     * (empty: none): what an earlier publisher of the partition, in this process or another, got
+     * acknowledged.
      */
-    const streamPublishedUpTo = (partition: number): Effect.Effect<number, EventsUnavailable> =>
+    const streamPublishedUpTo = (partition: number): Effect.Effect<Progress, EventsUnavailable> =>
       Effect.map(sink.lastEventId(`${prefix}.v1.events.*.${partition}`), (eventId) => {
-        const tagged = `${outbox.databaseTag}-`
-        if (eventId === null || !eventId.startsWith(tagged)) return 0
-        const seq = Number(eventId.slice(tagged.length))
-        return Number.isSafeInteger(seq) ? seq : 0
+        const last = eventId === null ? undefined : outboxPositionOf(outbox.databaseTag, eventId)
+        return new Map(last === undefined ? [] : [[last.incarnation, last.seq]])
       })
 
     /**
      * Publishes the partition's oldest rows, in order, stopping at the first failure. `progress` holds
-     * the last recording order the stream has for it: rows at or below are removed unpublished.
+     * the last recording order the stream has for it, per incarnation: rows of that incarnation at or
+     * below are removed unpublished.
      */
-    const publishSome = (partition: number, progress: { publishedUpTo: number }): Effect.Effect<Outcome> =>
+    const publishSome = (partition: number, progress: Progress): Effect.Effect<Outcome> =>
       Effect.gen(function* () {
         const rows = yield* outbox.read(partition, batchMax)
         // Nothing waits: what was counted in meanwhile (a commit counted after its rows were already
@@ -128,7 +137,7 @@ export const makeEventPublisher = (
         const published: Array<number> = []
         let outcome: Outcome = rows.length === batchMax ? "more" : "drained"
         for (const row of rows) {
-          if (row.seq <= progress.publishedUpTo) {
+          if (row.seq <= (progress.get(row.incarnation) ?? 0)) {
             // Already in the stream: its removal failed after the publish (an outage of Postgres).
             published.push(row.seq)
             continue
@@ -141,7 +150,7 @@ export const makeEventPublisher = (
             sink.publish(
               `${prefix}.v1.events.${row.kind}.${partition}`,
               publishedBody(row, partition, outbox.databaseTag),
-              eventIdOf(outbox.databaseTag, row.seq)
+              eventIdOf(outbox.databaseTag, row)
             )
           )
           if (Exit.isFailure(sent)) {
@@ -153,7 +162,7 @@ export const makeEventPublisher = (
             break
           }
           published.push(row.seq)
-          progress.publishedUpTo = row.seq
+          progress.set(row.incarnation, row.seq)
           metrics.eventPublished(row.kind, sent.value)
         }
         yield* outbox.remove(published)
@@ -177,14 +186,14 @@ export const makeEventPublisher = (
         let retryDelayMs = eventsRetryDelayMsMin
         const counted = yield* Effect.exit(outbox.count([partition]))
         if (Exit.isSuccess(counted)) counts.set(partition, counted.value.get(partition) ?? 0)
-        let progress: { publishedUpTo: number } | undefined
+        let progress: Progress | undefined
         for (;;) {
           const woken = Deferred.makeUnsafe<void>()
           wakers.set(partition, woken)
           if (progress === undefined) {
             // Nothing is published before this is known: it could only be published twice.
             const known = yield* Effect.exit(streamPublishedUpTo(partition))
-            if (Exit.isSuccess(known)) progress = { publishedUpTo: known.value }
+            if (Exit.isSuccess(known)) progress = known.value
             else
               warnAtMostOncePerInterval("events are not being published; they wait in the outbox", {
                 partition,

@@ -61,3 +61,16 @@ export class WriteOutcomeUnknown extends Error {
     )
   }
 }
+
+/**
+ * A group's COMMIT was answered with Postgres's warning that its wait for the synchronous standby was
+ * cancelled (pg_cancel_backend of its backend, by an operator or a tool): committed on the primary,
+ * and visible there, but perhaps not on the standby. Not acknowledged: its callers answer
+ * `unavailable`, and nothing is read before the standby has it (outcomeDoubts.ts).
+ */
+export class CommitNotReplicated extends Error {
+  override readonly name = "CommitNotReplicated"
+  constructor(readonly warning: string) {
+    super(`a commit's wait for the synchronous standby was cancelled: ${warning}`)
+  }
+}

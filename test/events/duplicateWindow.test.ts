@@ -67,7 +67,12 @@ const limitChanged = (user: string, limit: number): StoreEvent => ({
 
 /** The real outbox, whose removal fails while `away` is set (Postgres unreachable for the publisher). */
 const outboxAwayWhile = (away: { value: boolean }): OutboxShape => {
-  const real = makePostgresOutbox(database.pool(), database.schema, 1_790_000_000_000)
+  const real = makePostgresOutbox(
+    database.pool(),
+    database.schema,
+    1_790_000_000_000,
+    store.value.readSettled
+  )
   return {
     ...real,
     remove: (seqs) =>
@@ -120,7 +125,10 @@ const streamLimits = async (stream: string): Promise<Array<number>> => {
 const outboxEmpty = async (): Promise<true | undefined> =>
   (
     await Effect.runPromise(
-      makePostgresOutbox(database.pool(), database.schema, 1_790_000_000_000).read(partition, 100)
+      makePostgresOutbox(database.pool(), database.schema, 1_790_000_000_000, store.value.readSettled).read(
+        partition,
+        100
+      )
     )
   ).length === 0
     ? true

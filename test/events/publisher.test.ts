@@ -69,7 +69,8 @@ const limitChanged = (user: string, limit: number): StoreEvent => ({
   event: { event: "limit_changed", at: 1_790_000_000_000, meter: "tokens", limit }
 })
 
-const outbox = () => makePostgresOutbox(database.pool(), database.schema, 1_790_000_000_000)
+const outbox = () =>
+  makePostgresOutbox(database.pool(), database.schema, 1_790_000_000_000, store.value.readSettled)
 
 describe("the publisher", () => {
   it("publishes in recording order and removes what the stream acknowledged; a lost partition publishes nothing", async () => {

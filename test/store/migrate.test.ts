@@ -54,7 +54,7 @@ describe("migrate", () => {
     const schema = database.freshSchema("concurrent")
     const pools = [database.pool({ max: 2 }), database.pool({ max: 2 }), database.pool({ max: 2 })]
     const reports = await Promise.all(pools.map((pool) => Effect.runPromise(migrate(pool, schema))))
-    expect(reports.flatMap((report) => report.applied).sort()).toEqual(knownVersions)
+    expect(reports.flatMap((report) => report.applied).sort((a, b) => a - b)).toEqual(knownVersions)
     expect(reports.map((report) => report.version)).toEqual([latestVersion, latestVersion, latestVersion])
     const rows = await pools[0]!.query(`select version from "${schema}".schema_migrations order by version`)
     expect(rows.rows).toEqual(knownVersions.map((version) => ({ version })))
@@ -92,6 +92,29 @@ describe("migrate", () => {
     const error = await Effect.runPromise(Effect.flip(readMigrations(pathToFileURL(`${directory}/`))))
     expect(error._tag).toBe("MigrationFilesInvalid")
     expect(error.reason).toContain("expected migration 2")
+  })
+
+  it("takes a gap only at a reserved number, and applies that number's file once it arrives", async () => {
+    const directory = await mkdtemp(join(tmpdir(), "migrations-"))
+    const url = pathToFileURL(`${directory}/`)
+    const reserved = new Set([2])
+    await writeFile(join(directory, "0001_a.sql"), "create table a (x int)")
+    await writeFile(join(directory, "0003_c.sql"), "create table c (x int)")
+    const withGap = await Effect.runPromise(readMigrations(url, reserved))
+    // Elsewhere a gap is still refused.
+    const refused = await Effect.runPromise(Effect.flip(readMigrations(url, new Set())))
+    expect(refused._tag).toBe("MigrationFilesInvalid")
+    const schema = database.freshSchema("reserved")
+    const pool = database.pool()
+    expect(await Effect.runPromise(migrate(pool, schema, withGap))).toEqual({ applied: [1, 3], version: 3 })
+    // The reserved file arrives (a merge): applied to the schema already past it.
+    await writeFile(join(directory, "0002_b.sql"), "create table b (x int)")
+    const complete = await Effect.runPromise(readMigrations(url, reserved))
+    expect(await Effect.runPromise(migrate(pool, schema, complete))).toEqual({ applied: [2], version: 3 })
+    expect(await tablesOf(schema)).toEqual(["a", "b", "c", "schema_migrations"])
+    // Code without the reserved file must not write to a schema that has it.
+    const error = await Effect.runPromise(Effect.flip(migrate(pool, schema, withGap)))
+    expect(error).toMatchObject({ _tag: "SchemaTooNew", databaseVersion: 2, codeVersion: 3 })
   })
 
   it("rolls a failing migration back entirely", async () => {

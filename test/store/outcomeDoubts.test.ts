@@ -3,7 +3,9 @@
  * - no write group starts while a doubt recorded before it may still commit: the evidence's 27-71
  *   refusals as duplicates were writes sent while the doubtful backend still ran, ended only after;
  * - a backend is ended only if pid, start and server start all match (a reused pid is someone else);
- * - a write refused because the ledger already holds it is reported as memory behind the database.
+ * - a write refused because the ledger already holds it is reported as memory behind the database;
+ * - (issue 34) once a settle ended a backend, nothing is read before a replication barrier returned,
+ *   and a read that a settle overlapped reads again; without a doubt no barrier runs.
  */
 import { Context, Effect, Exit, Layer } from "effect"
 import type pg from "pg"
@@ -11,9 +13,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { Coordinator, coordinatorLayer } from "../../src/actors/Coordinator.js"
 import { defaultConfig } from "../../src/domain/config.js"
 import type { StoreEvent } from "../../src/domain/events.js"
+import type { BackendIdentity } from "../../src/store/Fence.js"
 import { identifyBackend, makeOutcomeDoubts } from "../../src/store/postgres/outcomeDoubts.js"
 import type { PostgresStore } from "../../src/store/postgres/PostgresStore.js"
 import { makePostgresStore } from "../../src/store/postgres/PostgresStore.js"
+import { waitUntilReplicated } from "../../src/store/postgres/replication.js"
 import { Store } from "../../src/store/Store.js"
 import { commitCommand, reserveCommand } from "../support/commands.js"
 import type { TestSchema } from "../support/database.js"
@@ -96,7 +100,9 @@ describe("commits of unknown outcome", () => {
   }, 20_000)
 
   it("ends a server process only if its pid, its start and its server's start all match", async () => {
-    const doubts = makeOutcomeDoubts(admin, true)
+    const doubts = makeOutcomeDoubts(admin, true, () =>
+      waitUntilReplicated(admin, database.schema, identifyBackend)
+    )
     const live = await pool.connect()
     // Ended below on purpose: its connection's error is expected.
     live.on("error", () => {})
@@ -159,5 +165,60 @@ describe("commits of unknown outcome", () => {
     } finally {
       await built.close()
     }
+  })
+
+  it("waits for the replication barrier after ending a backend, and only then: a read it overlapped reads again", async () => {
+    let barriers = 0
+    let barrierFails = false
+    const doubts = makeOutcomeDoubts(admin, true, async () => {
+      barriers += 1
+      if (barrierFails) throw new Error("the standby does not answer (test)")
+      await waitUntilReplicated(admin, database.schema, identifyBackend)
+    })
+    /** A session of its own whose process the doubts end. */
+    const doomed = async (): Promise<{ identity: BackendIdentity; done: () => void }> => {
+      const client = await pool.connect()
+      client.on("error", () => {})
+      return {
+        identity: await identifyBackend(client),
+        done: () => client.release(new Error("ended by the test"))
+      }
+    }
+
+    // No doubt: reads run as they are, no barrier (nothing is paid per load).
+    expect(await doubts.readSettled(async () => "read")).toBe("read")
+    expect(barriers).toBe(0)
+
+    // A doubt ended: the barrier runs before anything reads.
+    const first = await doomed()
+    doubts.add(first.identity)
+    expect(await doubts.readSettled(async () => "read")).toBe("read")
+    first.done()
+    expect(barriers).toBe(1)
+
+    // A read during which a settle ended a backend (it may have seen that commit) runs again.
+    const second = await doomed()
+    let reads = 0
+    const read = await doubts.readSettled(async () => {
+      reads += 1
+      if (reads === 1) {
+        doubts.add(second.identity)
+        await doubts.settle()
+      }
+      return reads
+    })
+    second.done()
+    expect({ read, barriers }).toEqual({ read: 2, barriers: 2 })
+
+    // A barrier that fails keeps every read out until one returns; nothing needs ending again.
+    const third = await doomed()
+    doubts.add(third.identity)
+    barrierFails = true
+    await expect(doubts.readSettled(async () => "read")).rejects.toThrow("the standby does not answer")
+    third.done()
+    expect(doubts.pending()).toBe(true)
+    barrierFails = false
+    expect(await doubts.readSettled(async () => "read")).toBe("read")
+    expect({ pending: doubts.pending(), barriers }).toEqual({ pending: false, barriers: 4 })
   })
 })

@@ -19,7 +19,8 @@ import {
   storeQueryTimeoutMs
 } from "../../domain/limits.js"
 import type { Fence } from "../Fence.js"
-import { PartitionsFenced, WriteOutcomeUnknown } from "../Fence.js"
+import { CommitNotReplicated, PartitionsFenced, WriteOutcomeUnknown } from "../Fence.js"
+import type { SettledRead } from "./outcomeDoubts.js"
 import { identifyBackend, makeOutcomeDoubts } from "./outcomeDoubts.js"
 import type { MetricsRecorder } from "../../ops/MetricsRecorder.js"
 import type { OutboxCounts } from "../../events/OutboxCounts.js"
@@ -54,6 +55,7 @@ import type { FencedWrite } from "./writeEvents.js"
 import { pingWritable, refuseUnlessWritable } from "./writablePrimary.js"
 import type { LogAppend, LogEntry } from "./partitionLog.js"
 import { appendGroup, checkpointPartition, logStatements } from "./partitionLog.js"
+import { waitUntilReplicated } from "./replication.js"
 
 /** The schema when configuration names none. */
 export const defaultSchema = "quota"
@@ -147,6 +149,11 @@ export interface PostgresStore extends StoreShape {
   /** Per user and meter, computed in SQL from the rows: for tests that pair it with the actor's view. */
   readonly meterStates: () => Effect.Effect<ReadonlyArray<StoredMeterState>, StoreUnavailable>
   readonly commitStats: Effect.Effect<GroupCommitStats>
+  /**
+   * Runs a read of this store's database so that it sees only what the synchronous standby has too
+   * (outcomeDoubts.ts): the events outbox is read through it.
+   */
+  readonly readSettled: SettledRead
 }
 
 const queryStatements = (schema: string) => ({
@@ -220,7 +227,9 @@ export const makePostgresStore = (
 
     const metrics = options.metrics ?? noMetrics
     const settleUnknownOutcomes = options.settleUnknownOutcomes ?? options.pipelined ?? false
-    const doubts = makeOutcomeDoubts(pool, settleUnknownOutcomes)
+    const doubts = makeOutcomeDoubts(pool, settleUnknownOutcomes, () =>
+      waitUntilReplicated(pool, schema, identifyBackend)
+    )
     const pipelined = options.pipelined ?? false
     const identify = settleUnknownOutcomes ? identifyBackend : undefined
     const log = { ...statements, ...logStatements(schema) }
@@ -247,6 +256,7 @@ export const makePostgresStore = (
           if (cause instanceof PartitionsFenced) metrics.writeFenced()
           // Recorded before any waiter hears of the failure: the reloads it causes wait for the outcome.
           if (cause instanceof WriteOutcomeUnknown) doubts.add(cause.backend)
+          if (cause instanceof CommitNotReplicated) doubts.unreplicated()
           return storeUnavailable(`commit ${eventsIn(writes)} events`)(cause)
         }
       })
@@ -296,6 +306,7 @@ export const makePostgresStore = (
         },
         catch: (cause) => {
           if (cause instanceof WriteOutcomeUnknown) doubts.add(cause.backend)
+          if (cause instanceof CommitNotReplicated) doubts.unreplicated()
           return storeUnavailable(`checkpoint partition ${partition}`)(cause)
         }
       })
@@ -303,11 +314,14 @@ export const makePostgresStore = (
     const loads = makeLoadBatch<string, StoredUser>({
       query: async (users, now) => {
         // Named on a real server only: see queryConfig in writeEvents.ts for the embedded database.
-        const result = await pool.query<LoadUserRow & { user_id: string }>({
-          ...(options.pipelined === true ? { name: loadStatementName } : {}),
-          text: queries.loadUsers,
-          values: [users.map(toStoredText), now - idRetentionMs, loadRememberedIdsPerUserMax + 1]
-        })
+        // Nothing is loaded that a settle made visible before the synchronous standby had it.
+        const result = await doubts.readSettled(() =>
+          pool.query<LoadUserRow & { user_id: string }>({
+            ...(options.pipelined === true ? { name: loadStatementName } : {}),
+            text: queries.loadUsers,
+            values: [users.map(toStoredText), now - idRetentionMs, loadRememberedIdsPerUserMax + 1]
+          })
+        )
         return new Map(
           result.rows.map((row) => [
             fromStoredText(row.user_id),
@@ -352,14 +366,14 @@ export const makePostgresStore = (
       return Effect.tap(submit(events, target), () => Effect.sync(() => outboxCounts.recorded(recording)))
     }
 
-    const usageHistory = makeUsageHistory(pool, schema)
+    const usageHistory = makeUsageHistory(pool, schema, doubts.readSettled)
     const store: PostgresStore = {
       pastUsage: usageHistory.pastUsage,
       listUsage: usageHistory.listUsage,
       loadUsers: (users, now) =>
         Effect.tryPromise({
+          // Each query of the batch load settles earlier doubts first (readSettled).
           try: async () => {
-            if (doubts.pending()) await doubts.settle()
             const loaded = await Promise.all(users.map((user) => loads.load(user, now)))
             return new Map(users.map((user, index) => [user, loaded[index]!]))
           },
@@ -382,12 +396,14 @@ export const makePostgresStore = (
       recall: (user, ids, now) =>
         Effect.tryPromise({
           try: async () => {
-            const result = await pool.query<RecallRow>(queries.recall, [
-              toStoredText(user),
-              ids.holds.map(toStoredText),
-              ids.adjustments.map(toStoredText),
-              now - idRetentionMs
-            ])
+            const result = await doubts.readSettled(() =>
+              pool.query<RecallRow>(queries.recall, [
+                toStoredText(user),
+                ids.holds.map(toStoredText),
+                ids.adjustments.map(toStoredText),
+                now - idRetentionMs
+              ])
+            )
             return recalledFromRow(result.rows[0]!)
           },
           catch: storeUnavailable(`recall ids of user ${JSON.stringify(user)}`)
@@ -453,7 +469,8 @@ export const makePostgresStore = (
           },
           catch: storeUnavailable("read meter states")
         }),
-      commitStats: groupCommit.stats
+      commitStats: groupCommit.stats,
+      readSettled: doubts.readSettled
     }
     return store
   })
@@ -585,7 +602,7 @@ export const postgresStoreLayer = (
         )
       }
       return Context.make(Store, store as StoreShape).pipe(
-        Context.add(Outbox, makePostgresOutbox(pool, schema, stored.createdAt))
+        Context.add(Outbox, makePostgresOutbox(pool, schema, stored.createdAt, store.readSettled))
       )
     })
   )

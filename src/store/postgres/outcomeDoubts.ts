@@ -22,24 +22,54 @@
  * three is ended. A server that started since (restarted, or another one behind the same address)
  * holds whatever outcome it now holds: the doubt is settled.
  *
+ * Ending a backend whose COMMIT waits for the synchronous standby makes that commit visible on the
+ * primary at once, whether the standby has it or not (Postgres warns that it "might not have been
+ * replicated"); so does a restart of the primary for one whose connection was lost (issue 34). An answer
+ * may rest only on what the standby has too: a pass that settled a doubt ends with a replication
+ * barrier (replication.ts, one commit that waits for the standby as synchronous_commit says; WAL is
+ * ordered), and nothing reads before it returned. While the standby stalls the barrier times out, the
+ * settle fails, and so do the loads and writes waiting on it. A read already running when a pass made
+ * something visible is run again after the barrier (`readSettled`): the loads, the recalls, the usage
+ * history and the events publisher's outbox read all go through it. Without a doubt nothing of this
+ * runs: two integer comparisons per read.
+ *
+ * Another process sees such a commit only after claiming the partition, and cannot claim it first: the
+ * doubtful transaction holds its partitions' owner rows FOR KEY SHARE (migration 0004) until it ends,
+ * the claim's FOR UPDATE skips them until then, and the claim's own COMMIT, after the ended one in WAL,
+ * waits for the standby before the claimer reads anything of the partition.
+ *
  * Until that is done, loads and writes fail with the reason (callers answer `unavailable`) and the next
  * one tries again: a server that cannot be reached answers no reads anyway.
  */
 import type pg from "pg"
-import { storeOutcomeSettleWaitMs } from "../../domain/limits.js"
+import { storeOutcomeSettleWaitMs, storeSettledReadAttemptsMax } from "../../domain/limits.js"
 import type { BackendIdentity } from "../Fence.js"
+import { WriteOutcomeUnknown } from "../Fence.js"
 
 export interface OutcomeDoubts {
   /** Records the server process of a commit whose outcome is unknown. */
   readonly add: (backend: BackendIdentity) => void
-  /** Whether some commit's outcome is still unknown. */
+  /**
+   * Records a commit that is final and visible on the primary, but not known to be on the synchronous
+   * standby (its wait was cancelled: CommitNotReplicated): nothing is read before a barrier returned.
+   */
+  readonly unreplicated: () => void
+  /** Whether some commit's outcome is still unknown, or one made final is not yet known replicated. */
   readonly pending: () => boolean
   /**
-   * Resolves once every commit recorded before this call is final; rejects (keeping the doubts not yet
-   * settled) when one cannot be made so.
+   * Resolves once every commit recorded before this call is final and, if a pass ended one, replicated
+   * as synchronous_commit requires; rejects (keeping what is not yet settled) when that cannot be done.
    */
   readonly settle: () => Promise<void>
+  /**
+   * Runs `read` so that it sees nothing a settle made visible before the synchronous standby had it:
+   * settles first when something is pending, and runs it again when a pass ended a backend meanwhile.
+   */
+  readonly readSettled: <A>(read: () => Promise<A>) => Promise<A>
 }
+
+/** A read run as `OutcomeDoubts.readSettled` runs it (the outbox and the usage history take one). */
+export type SettledRead = OutcomeDoubts["readSettled"]
 
 const settlePollMs = 20
 
@@ -86,12 +116,34 @@ const terminateSql = `select pg_terminate_backend(activity.pid) ${matchingSql}`
 const aliveSql = `select doubt.pid, doubt.started_us::text as started_us ${matchingSql}`
 const serverStartedSql = `select ${microseconds("pg_postmaster_start_time()")}::text as started_us`
 
-export const makeOutcomeDoubts = (pool: pg.Pool, enabled: boolean): OutcomeDoubts => {
+/**
+ * `replicated` waits until every commit made so far is on the synchronous standbys (replication.ts
+ * `waitUntilReplicated`); it throws WriteOutcomeUnknown when its own commit got no answer.
+ */
+export const makeOutcomeDoubts = (
+  pool: pg.Pool,
+  enabled: boolean,
+  replicated: () => Promise<void>
+): OutcomeDoubts => {
   /** By the order they were recorded in (a Map keeps insertion order). */
   const doubts = new Map<number, BackendIdentity>()
   let recorded = 0
   /** The pass running now; it covers the doubts recorded when it began. */
   let pass: Promise<void> | undefined
+  /** Passes that may have made a commit visible that the standby lacks; a read spanning one reads again. */
+  let exposures = 0
+  /** Such a pass ran and no barrier has returned since: nothing may be read. */
+  let barrierOwed = false
+  const exposed = (): void => {
+    exposures += 1
+    barrierOwed = true
+  }
+
+  const add = (backend: BackendIdentity): void => {
+    if (!enabled) return
+    doubts.set(recorded, backend)
+    recorded += 1
+  }
 
   const matching = (backends: ReadonlyArray<BackendIdentity>) => [
     backends.map((backend) => backend.pid),
@@ -101,11 +153,17 @@ export const makeOutcomeDoubts = (pool: pg.Pool, enabled: boolean): OutcomeDoubt
   /** Ends every process of `covered` on this server and waits until all are gone; settled ones are dropped. */
   const endAll = async (covered: ReadonlyArray<readonly [number, BackendIdentity]>): Promise<void> => {
     const serverStartedUs = (await pool.query<{ started_us: string }>(serverStartedSql)).rows[0]!.started_us
-    // Ran on a server that has started since (or on another one): nothing of it can still commit here.
+    // Ran on a server that has started since (or on another one): nothing of it can still commit here,
+    // but a restart's recovery made it visible whether the standby has it or not.
     for (const [order, backend] of covered)
-      if (backend.serverStartedUs !== serverStartedUs) doubts.delete(order)
+      if (backend.serverStartedUs !== serverStartedUs) {
+        doubts.delete(order)
+        exposed()
+      }
     let left = covered.filter(([order]) => doubts.has(order))
     if (left.length === 0) return
+    // Before the first backend ends: a read that overlaps the ending reads again.
+    exposed()
     // A process already gone is simply not matched: its transaction is final either way.
     await pool.query(terminateSql, matching(left.map(([, backend]) => backend)))
     const deadline = performance.now() + storeOutcomeSettleWaitMs
@@ -130,25 +188,63 @@ export const makeOutcomeDoubts = (pool: pg.Pool, enabled: boolean): OutcomeDoubt
     }
   }
 
+  /**
+   * The barrier; a barrier left without an answer is a doubt itself (its backend waits on). It covers
+   * what was exposed before it began: an exposure while it runs (a cancelled wait whose commit may come
+   * after it in WAL) is left owed, for the next.
+   */
+  const replicate = async (): Promise<void> => {
+    const covered = exposures
+    try {
+      await replicated()
+      if (exposures === covered) barrierOwed = false
+    } catch (cause) {
+      if (cause instanceof WriteOutcomeUnknown) add(cause.backend)
+      throw cause
+    }
+  }
+
+  const runPass = async (covered: ReadonlyArray<readonly [number, BackendIdentity]>): Promise<void> => {
+    if (covered.length > 0) await endAll(covered)
+    if (barrierOwed) await replicate()
+  }
+
   const startPass = (): Promise<void> =>
-    (pass ??= endAll([...doubts]).finally(() => {
+    (pass ??= runPass([...doubts]).finally(() => {
       pass = undefined
     }))
 
   /** The order of the oldest doubt not yet settled, or undefined. */
   const oldest = (): number | undefined => doubts.keys().next().value
 
-  return {
-    add: (backend) => {
-      if (!enabled) return
-      doubts.set(recorded, backend)
-      recorded += 1
-    },
-    pending: () => doubts.size > 0,
-    settle: async () => {
-      const before = recorded
-      // A pass that began before some of these doubts were recorded does not cover them: the next does.
-      for (let first = oldest(); first !== undefined && first < before; first = oldest()) await startPass()
+  const pending = (): boolean => doubts.size > 0 || barrierOwed
+
+  const settle = async (): Promise<void> => {
+    const before = recorded
+    // A pass that began before some of these doubts were recorded does not cover them: the next does.
+    for (;;) {
+      const first = oldest()
+      if ((first === undefined || first >= before) && !barrierOwed) return
+      await startPass()
     }
   }
+
+  const readSettled = async <A>(read: () => Promise<A>): Promise<A> => {
+    for (let attempt = 1; ; attempt += 1) {
+      if (pending()) await settle()
+      const seen = exposures
+      const result = await read()
+      if (exposures === seen && !barrierOwed) return result
+      if (attempt === storeSettledReadAttemptsMax)
+        throw new Error(
+          `commits of unknown outcome were made final during each of ${attempt} reads: read nothing they may have shown before the standby had them`
+        )
+    }
+  }
+
+  const unreplicated = (): void => {
+    if (enabled) exposed()
+  }
+
+  return { add, unreplicated, pending, settle, readSettled }
 }

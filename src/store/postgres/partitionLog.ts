@@ -16,7 +16,7 @@ import pg from "pg"
 import type { StoreEvent } from "../../domain/events.js"
 import { checkpointRowsPerTransactionMax } from "../../domain/limits.js"
 import type { BackendIdentity, Fence } from "../Fence.js"
-import { PartitionsFenced, WriteOutcomeUnknown } from "../Fence.js"
+import { CommitNotReplicated, PartitionsFenced, WriteOutcomeUnknown } from "../Fence.js"
 import type { WriteTarget } from "../Store.js"
 import { withCheckedOutClient } from "./checkedOutClient.js"
 import type { FencedWrite, GroupQuery, WriteStatements } from "./writeEvents.js"
@@ -26,7 +26,8 @@ import {
   runFencedTransaction,
   sequentially,
   statementName,
-  submitCorked
+  submitCorked,
+  syncRepWaitRoutine
 } from "./writeEvents.js"
 
 /** A batch the owner appended and holds in memory: its position and its events. */
@@ -208,9 +209,18 @@ export const checkpointPartition = async (
     // Events are published from the outbox the projection fills: a checkpointed row is done with.
     writes.push({ ...statements.trim, values: [partition, newCheckpointed, newCheckpointed] })
     writes.push({ text: "commit", values: [] })
-    const settled = pipelined
-      ? await Promise.allSettled(submitCorked(client, writes))
-      : await sequentially(client, writes)
+    // A cancel of the COMMIT's wait for the synchronous standby answers COMMIT with only a warning.
+    let unreplicated: string | undefined
+    const onNotice = (notice: {
+      readonly routine?: string | undefined
+      readonly message?: string | undefined
+    }) => {
+      if (notice.routine === syncRepWaitRoutine) unreplicated ??= notice.message ?? syncRepWaitRoutine
+    }
+    client.on("notice", onNotice)
+    const settled = await (
+      pipelined ? Promise.allSettled(submitCorked(client, writes)) : sequentially(client, writes)
+    ).finally(() => client.off("notice", onNotice))
     const failure = settled.find((outcome) => outcome.status === "rejected")
     const commit = settled.length === writes.length ? settled[settled.length - 1] : undefined
     if (failure !== undefined) {
@@ -223,5 +233,6 @@ export const checkpointPartition = async (
     }
     if (commit?.status === "fulfilled" && commit.value.command !== "COMMIT")
       throw new Error(`commit answered ${commit.value.command}`)
+    if (unreplicated !== undefined) throw new CommitNotReplicated(unreplicated)
     return { checkpointed: newCheckpointed, last: Math.max(last, newCheckpointed), projected: entries.length }
   })

@@ -6,7 +6,10 @@
  * quota_postgres_synchronous_standbys gauge. pg_stat_replication shows sync_state only to a superuser
  * or a member of pg_read_all_stats; without, the count reads 0.
  */
-import type pg from "pg"
+import pg from "pg"
+import type { BackendIdentity } from "../Fence.js"
+import { WriteOutcomeUnknown } from "../Fence.js"
+import { withCheckedOutClient } from "./checkedOutClient.js"
 
 export interface Replication {
   /** The standbys the primary streams to, by application_name, with their sync_state. */
@@ -45,3 +48,32 @@ export const readReplication = async (pool: pg.Pool): Promise<Replication> => {
     synchronousCommit: settings.rows[0]?.commit ?? ""
   }
 }
+
+/**
+ * The replication barrier: one commit that waits for the synchronous standbys as the server's
+ * `synchronous_commit` says. A setval of the barrier sequence (migration 0011) takes a transaction id
+ * and writes WAL, so its COMMIT waits (a transaction id alone writes no WAL and would not). WAL is
+ * ordered: once it returns, every commit before it is replicated as well, among them those whose
+ * backends the outcome doubts' settle ended (outcomeDoubts.ts), which Postgres makes visible on the
+ * primary at once, replicated or not. Without a synchronous standby it costs one local commit.
+ *
+ * No answer (the query timeout while the standby stalls, a lost connection): WriteOutcomeUnknown, so
+ * the doubts end its backend, still waiting for the standby, before the next barrier.
+ */
+export const waitUntilReplicated = (
+  pool: pg.Pool,
+  schema: string,
+  identify: (client: pg.PoolClient) => Promise<BackendIdentity>
+): Promise<void> =>
+  withCheckedOutClient(
+    pool,
+    async (client) => {
+      const backend = await identify(client)
+      try {
+        await client.query(`select setval('"${schema}".replication_barrier', 1)`)
+      } catch (cause) {
+        throw cause instanceof pg.DatabaseError ? cause : new WriteOutcomeUnknown(backend, cause)
+      }
+    },
+    () => true
+  )

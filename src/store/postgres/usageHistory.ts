@@ -5,6 +5,7 @@ import type { PeriodUsage } from "../../domain/events.js"
 import type { StoreUnavailable, UsageListPage, UsageListQuery } from "../Store.js"
 import { toSafeInteger, toSafeIntegerOrNull } from "./bigints.js"
 import { storeUnavailable } from "./errors.js"
+import type { SettledRead } from "./outcomeDoubts.js"
 import { fromStoredText, toStoredText } from "./storedText.js"
 import { periodNoneSentinel, storedPeriodStart } from "./writeEvents.js"
 
@@ -30,7 +31,8 @@ const usageHistoryStatements = (schema: string) => ({
     limit $5`
 })
 
-export const makeUsageHistory = (pool: pg.Pool, schema: string) => {
+/** `readSettled`: the store's (outcomeDoubts.ts), so an answer rests on what the standby has too. */
+export const makeUsageHistory = (pool: pg.Pool, schema: string, readSettled: SettledRead) => {
   const statements = usageHistoryStatements(schema)
   return {
     pastUsage: (
@@ -40,9 +42,12 @@ export const makeUsageHistory = (pool: pg.Pool, schema: string) => {
     ): Effect.Effect<ReadonlyArray<PeriodUsage>, StoreUnavailable> =>
       Effect.tryPromise({
         try: async () => {
-          const result = await pool.query<{ meter: string; period_start: string | null; used: string }>(
-            statements.pastUsage,
-            [toStoredText(user), meters, periodsMax]
+          const result = await readSettled(() =>
+            pool.query<{ meter: string; period_start: string | null; used: string }>(statements.pastUsage, [
+              toStoredText(user),
+              meters,
+              periodsMax
+            ])
           )
           return result.rows.map((row): PeriodUsage => ({
             meter: row.meter,
@@ -55,13 +60,15 @@ export const makeUsageHistory = (pool: pg.Pool, schema: string) => {
     listUsage: (query: UsageListQuery): Effect.Effect<UsageListPage, StoreUnavailable> =>
       Effect.tryPromise({
         try: async () => {
-          const result = await pool.query<{ user_id: string; used: string }>(statements.listUsage, [
-            query.meter,
-            storedPeriodStart(query.periodStart),
-            query.partition,
-            Buffer.from(query.after ?? "", "utf8"),
-            query.limit + 1
-          ])
+          const result = await readSettled(() =>
+            pool.query<{ user_id: string; used: string }>(statements.listUsage, [
+              query.meter,
+              storedPeriodStart(query.periodStart),
+              query.partition,
+              Buffer.from(query.after ?? "", "utf8"),
+              query.limit + 1
+            ])
+          )
           const rows = result.rows.slice(0, query.limit)
           return {
             usage: rows.map((row) => ({ user: fromStoredText(row.user_id), used: toSafeInteger(row.used) })),

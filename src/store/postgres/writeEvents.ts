@@ -9,8 +9,9 @@ import type { HoldRecord, LedgerOperation, StoreEvent } from "../../domain/event
 import { fnv1a32OfString, partitionOf } from "../../domain/partition.js"
 import type { BackendIdentity, Fence } from "../Fence.js"
 import type { WriteTarget } from "../Store.js"
-import { PartitionsFenced, WriteOutcomeUnknown } from "../Fence.js"
+import { CommitNotReplicated, PartitionsFenced, WriteOutcomeUnknown } from "../Fence.js"
 import { integerArrayLiteral, textArrayLiteral } from "./arrayLiteral.js"
+import { incarnationSql } from "./incarnation.js"
 import { toStoredTextOrNull } from "./storedText.js"
 import { withCheckedOutClient } from "./checkedOutClient.js"
 
@@ -184,10 +185,11 @@ const statementTexts = (schema: string) => ({
   lockOutboxPartitions: `
     select pg_advisory_xact_lock(${outboxLockNamespace}, partition)
     from unnest($1::integer[]) as locked (partition) order by partition`,
-  // In array order (with ordinality): seq follows the order of the decisions.
+  // In array order (with ordinality): seq follows the order of the decisions. Each row is stamped with
+  // the database's incarnation: with seq, its event id, unique across promotions and restores.
   insertEvents: `
-    insert into "${schema}".events_outbox (partition, user_id, kind, at, body)
-    select partition, user_id, kind, at, body
+    insert into "${schema}".events_outbox (partition, user_id, kind, at, body, incarnation)
+    select partition, user_id, kind, at, body, ${incarnationSql(schema, "events_outbox")}
     from unnest($1::integer[], $2::text[], $3::text[], $4::bigint[], $5::text[]) with ordinality
       as event (partition, user_id, kind, at, body, position)
     order by position`,
@@ -406,6 +408,12 @@ export const groupQueries = (
   return queries
 }
 
+/**
+ * The server routine that warns when a COMMIT's wait for the synchronous standby is cancelled (the
+ * notice's `R` field: untranslated, unlike its message, under any lc_messages).
+ */
+export const syncRepWaitRoutine = "SyncRepWaitForLSN"
+
 /** SQLSTATE of `assert_partition_epochs` (migration 0003): a write's partition epoch was superseded. */
 const epochSupersededSqlState = "QCF01"
 
@@ -478,9 +486,18 @@ export const runFencedTransaction = async (
 
   await withCheckedOutClient(pool, async (client) => {
     const backend = identify === undefined ? undefined : await identify(client)
-    const settled = pipelined
-      ? await Promise.allSettled(submitCorked(client, all))
-      : await sequentially(client, all)
+    // A cancel of the COMMIT's wait for the synchronous standby answers COMMIT with only a warning.
+    let unreplicated: string | undefined
+    const onNotice = (notice: {
+      readonly routine?: string | undefined
+      readonly message?: string | undefined
+    }): void => {
+      if (notice.routine === syncRepWaitRoutine) unreplicated ??= notice.message ?? syncRepWaitRoutine
+    }
+    client.on("notice", onNotice)
+    const settled = await (
+      pipelined ? Promise.allSettled(submitCorked(client, all)) : sequentially(client, all)
+    ).finally(() => client.off("notice", onNotice))
     const failure = settled.find((outcome) => outcome.status === "rejected")
     const commit = settled.length === all.length ? settled[settled.length - 1] : undefined
     if (failure !== undefined) {
@@ -510,6 +527,7 @@ export const runFencedTransaction = async (
     if (commit?.status === "fulfilled" && commit.value.command !== "COMMIT") {
       throw new Error(`commit answered ${commit.value.command}`)
     }
+    if (unreplicated !== undefined) throw new CommitNotReplicated(unreplicated)
   })
 }
 
