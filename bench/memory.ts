@@ -62,6 +62,7 @@ const idleUsers = Number(options["idle-users"])
 const discardingStore: StoreShape = {
   loadUsers: (users) => Effect.succeed(new Map(users.map((user) => [user, emptyStoredUser]))),
   write: () => Effect.void,
+  writesCheckpointed: true,
   checkpoint: (_partition, _known, through) => Effect.succeed(through),
   openPartition: () => Effect.succeed({ nextPosition: 1 }),
   recall: () => Effect.succeed({ holds: [], adjustments: [] }),

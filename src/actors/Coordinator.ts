@@ -229,9 +229,17 @@ export const makeCoordinator = (
       })
 
     const sweepOnce = Effect.gen(function* () {
-      const now = yield* Clock.currentTimeMillis
       const owned = options.ownedPartitions?.()
       if (owned !== undefined && owned.length === 0) return 0
+      // The tables are read only once every swept partition's log is opened here: what an earlier owner
+      // left is in them by then (a user with changes still in the log is in memory, with its deadline).
+      const swept = owned ?? Array.from({ length: partitionCount }, (_, partition) => partition)
+      yield* Effect.promise(() =>
+        Promise.all(
+          swept.map((partition) => new Promise<void>((done) => actorOf(partition).whenOpened(done)))
+        )
+      )
+      const now = yield* Clock.currentTimeMillis
       const users = yield* Effect.orElseSucceed(
         store.usersWithExpiries(now, sweepUsersPerRunMax, owned),
         () => []

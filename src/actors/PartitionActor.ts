@@ -20,7 +20,7 @@
  * A waiting `acquire_slot` is an entry of the user's queue in its state, carrying its envelope as the
  * reply handle (replies.ts): the decision that wakes it hands the envelope back with the result.
  */
-import { Cause, Effect, Exit, Option } from "effect"
+import { Cause, Effect, Exit } from "effect"
 import type { Fiber } from "effect"
 import type { Command } from "../domain/commands.js"
 import type { Config } from "../domain/config.js"
@@ -112,15 +112,7 @@ const reportStoreFailure = (
 ): void => {
   // Interrupted: the partition was dropped, and says so itself.
   if (Cause.hasInterruptsOnly(cause)) return
-  const error = Cause.findErrorOption(cause)
-  const alreadyHeld = Option.isSome(error) ? error.value.alreadyHeld : undefined
-  settings.onError(
-    user,
-    alreadyHeld === undefined
-      ? what
-      : `memory was behind the database: the store already holds a change decided again (${alreadyHeld})`,
-    Cause.squash(cause)
-  )
+  settings.onError(user, what, Cause.squash(cause))
 }
 
 export class PartitionActor implements ResidentHome {
@@ -155,6 +147,8 @@ export class PartitionActor implements ResidentHome {
   private checkpointWaiters: Array<{ readonly ready: () => void; readonly dropped: () => void }> = []
   /** No checkpoint starts before it after one failed (Clock ms). */
   private checkpointRetryAt = 0
+  /** What waits for the log to be opened (the orphan sweep, before it reads the tables). */
+  private openWaiters: Array<() => void> = []
 
   constructor(
     readonly partition: number,
@@ -198,6 +192,16 @@ export class PartitionActor implements ResidentHome {
         done()
       }
     )
+  }
+
+  /**
+   * Calls `done` once the partition's log is opened here (what earlier owners left is in the tables),
+   * or the partition is found not served here.
+   */
+  whenOpened(done: () => void): void {
+    if (this.log.openedFor !== undefined) return done()
+    this.openWaiters.push(done)
+    this.wake()
   }
 
   /** Calls `ready` once every final append of the partition is in the tables. */
@@ -298,6 +302,12 @@ export class PartitionActor implements ResidentHome {
     if (this.closed) return false
     const now = this.settings.now()
     if (this.checkpointDue(now)) return true
+    if (
+      (this.checkpointWaiters.length > 0 || this.openWaiters.length > 0) &&
+      this.log.openedFor === undefined &&
+      !this.log.opening
+    )
+      return this.batch === undefined
     const batch = this.batch
     if (batch !== undefined) return batch.outcome !== undefined
     return this.inbox.length > 0 || (this.deadlines.peek()?.at ?? Infinity) <= now
@@ -349,6 +359,12 @@ export class PartitionActor implements ResidentHome {
     const now = this.settings.now()
     this.tickDue(now)
     if (this.inbox.length > 0) this.formBatch(now)
+    // A read of the tables waits for the log to be opened.
+    else if (
+      (this.checkpointWaiters.length > 0 || this.openWaiters.length > 0) &&
+      this.log.openedFor === undefined
+    )
+      this.readyToServe()
   }
 
   /** A `tick` for every user whose deadline has passed, queued like any command. */
@@ -378,21 +394,7 @@ export class PartitionActor implements ResidentHome {
    * undecided; served under another epoch (lost and claimed again), memory is forgotten first.
    */
   private formBatch(now: number): void {
-    const epoch = this.settings.servingEpoch(this.partition)
-    if (epoch === undefined) {
-      this.epoch = undefined
-      this.dropEverything()
-      return
-    }
-    if (epoch !== this.epoch) {
-      if (this.epoch !== undefined) this.dropEverything()
-      this.epoch = epoch
-    }
-    // The log first: what an earlier owner left is brought into the tables before anything is loaded.
-    if (this.log.openedFor !== epoch) {
-      if (!this.log.opening) this.open(epoch)
-      return
-    }
+    if (!this.readyToServe()) return
     const taken = this.inbox
     const count = Math.min(taken.length, this.settings.batchCommandsMax)
     this.inbox = count === taken.length ? [] : taken.slice(count)
@@ -443,8 +445,11 @@ export class PartitionActor implements ResidentHome {
     const call = this.settings.runFork(this.settings.store.openPartition(this.partition))
     call.addObserver((exit) => {
       if (generation !== this.generation || this.closed) return
-      if (Exit.isSuccess(exit)) this.log.opened(epoch, exit.value.nextPosition, this.settings.newToken())
-      else {
+      if (Exit.isSuccess(exit)) {
+        this.log.opened(epoch, exit.value.nextPosition, this.settings.newToken())
+        this.releaseOpenWaiters()
+        this.releaseCheckpointWaiters()
+      } else {
         reportStoreFailure(this.settings, "", `opening partition ${this.partition}'s log failed`, exit.cause)
         this.log.opening = false
         const queued = this.inbox
@@ -475,6 +480,10 @@ export class PartitionActor implements ResidentHome {
         reportStoreFailure(this.settings, "", `checkpoint of partition ${this.partition} failed`, exit.cause)
         this.log.checkpointFailed()
         this.checkpointRetryAt = now + failedWriteRetryDelayMs
+        // Loads that waited for it fail with it: their commands are answered `unavailable`, not held.
+        const waiting = this.loadsAfterCheckpoint
+        this.loadsAfterCheckpoint = []
+        if (waiting.length > 0) this.loaded(waiting, Exit.failCause(exit.cause))
         this.wake()
         return
       }
@@ -490,13 +499,46 @@ export class PartitionActor implements ResidentHome {
         this.loadsAfterCheckpoint = []
         this.load(waiting, now)
       }
-      if (!this.log.checkpointDue(Infinity, true)) {
-        const ready = this.checkpointWaiters
-        this.checkpointWaiters = []
-        for (const waiter of ready) waiter.ready()
-      }
+      this.releaseCheckpointWaiters()
       this.wake()
     })
+  }
+
+  private releaseOpenWaiters(): void {
+    const waiting = this.openWaiters
+    this.openWaiters = []
+    for (const done of waiting) done()
+  }
+
+  /** Runs the reads that waited for the tables to hold every final append, once they do. */
+  private releaseCheckpointWaiters(): void {
+    if (this.checkpointWaiters.length === 0 || this.log.checkpointing) return
+    if (this.log.openedFor === undefined || this.log.checkpointDue(Infinity, true)) return
+    const ready = this.checkpointWaiters
+    this.checkpointWaiters = []
+    for (const waiter of ready) waiter.ready()
+  }
+
+  /**
+   * Whether the partition is served here under the epoch the memory was loaded under, with its log
+   * opened: not served, everything held is answered `unavailable` undecided; served under another
+   * epoch (lost and claimed again), memory is forgotten first; the log not opened under it, it is opened
+   * (what an earlier owner left is brought into the tables before anything is loaded).
+   */
+  private readyToServe(): boolean {
+    const epoch = this.settings.servingEpoch(this.partition)
+    if (epoch === undefined) {
+      this.epoch = undefined
+      this.dropEverything()
+      return false
+    }
+    if (epoch !== this.epoch) {
+      if (this.epoch !== undefined) this.dropEverything()
+      this.epoch = epoch
+    }
+    if (this.log.openedFor === epoch) return true
+    if (!this.log.opening) this.open(epoch)
+    return false
   }
 
   /** One store call loads every user of `residents`; their commands go back to the front of the queue. */
@@ -647,7 +689,14 @@ export class PartitionActor implements ResidentHome {
     batch.call = call
     call.addObserver((exit) => {
       if (Exit.isFailure(exit)) this.log.failed(target.position, open)
-      else this.log.confirmed(target.position, batch.events, this.settings.now(), open)
+      else
+        this.log.confirmed(
+          target.position,
+          batch.events,
+          this.settings.now(),
+          open,
+          this.settings.store.writesCheckpointed === true
+        )
       if (this.batch !== batch) return
       batch.call = undefined
       if (Exit.isFailure(exit))
@@ -801,6 +850,7 @@ export class PartitionActor implements ResidentHome {
     const waiting = this.checkpointWaiters
     this.checkpointWaiters = []
     for (const waiter of waiting) waiter.dropped()
+    this.releaseOpenWaiters()
     const answered: Array<Envelope> = []
     for (const resident of this.users.values()) answered.push(...this.takeWaiters(resident))
     const batch = this.batch

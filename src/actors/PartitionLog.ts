@@ -69,10 +69,23 @@ export class PartitionLog {
     return { target: { partition, epoch, position, token: this.token }, open: this.opens }
   }
 
-  /** The append at `position` (taken in `open`) is durable: held until checkpointed. */
-  confirmed(position: number, events: ReadonlyArray<StoreEvent>, now: number, open: number): void {
+  /**
+   * The append at `position` (taken in `open`) is durable: held until checkpointed, or already in the
+   * tables (`checkpointed`: a store with no log).
+   */
+  confirmed(
+    position: number,
+    events: ReadonlyArray<StoreEvent>,
+    now: number,
+    open: number,
+    checkpointed: boolean
+  ): void {
     if (open !== this.opens) return
     this.lastFinal = Math.max(this.lastFinal, position)
+    if (checkpointed) {
+      this.checkpointed = Math.max(this.checkpointed, position)
+      return
+    }
     this.unprojected.push({ position, events })
     if (this.oldestUnprojectedAt === Infinity) this.oldestUnprojectedAt = now
   }

@@ -34,6 +34,11 @@ export class OutboxCounts {
     this.onRecorded(recording.keys())
   }
 
+  /** A checkpoint moved the partition's events from its log into the outbox: its publisher wakes. */
+  checkpointed(partition: number): void {
+    this.onRecorded([partition])
+  }
+
   published(partition: number, count: number): void {
     this.pending.set(partition, Math.max(0, (this.pending.get(partition) ?? 0) - count))
   }

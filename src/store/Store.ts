@@ -10,12 +10,6 @@ import type { PeriodUsage, RecalledIds, StoreEvent, StoredUser } from "../domain
 export class StoreUnavailable extends Data.TaggedError("StoreUnavailable")<{
   readonly reason: string
   readonly cause?: unknown
-  /**
-   * The write was refused because the store already holds a change it repeats (the constraint that
-   * refused it, e.g. a ledger key applied once): the writer's memory was behind the database. Never
-   * expected: the caller reports it loudly, then reloads as after any failed write.
-   */
-  readonly alreadyHeld?: string
 }> {}
 
 export interface UsageListQuery {
@@ -46,6 +40,11 @@ export interface WriteTarget {
 }
 
 export interface StoreShape {
+  /**
+   * Every write is in the tables loads read as soon as it succeeds: there is no log to checkpoint (the
+   * memory store). Absent: writes append to the partition's log, and `checkpoint` brings them in.
+   */
+  readonly writesCheckpointed?: boolean
   /**
    * Everything a partition actor needs of each of `users`, in as few round trips as the store's bounds
    * allow (a missing user is one with no rows: it loads empty). `now` bounds the retention window of

@@ -12,6 +12,7 @@ import { partitionOf } from "../../src/domain/partition.js"
 import type { Fence, FencedEpoch } from "../../src/store/Fence.js"
 import { migrate } from "../../src/store/postgres/migrate.js"
 import { makeOwnershipQueries } from "../../src/store/postgres/ownership.js"
+import { checkpointAll } from "../../src/store/postgres/partitionLog.js"
 import { makePostgresStore } from "../../src/store/postgres/PostgresStore.js"
 import { makePrometheusMetrics } from "../../src/ops/PrometheusMetrics.js"
 import { acquireScoped, createTestSchema } from "../support/database.js"
@@ -62,22 +63,28 @@ describe.each([false, true])("fenced writes (pipelined: %s)", (pipelined) => {
       makePostgresStore({ pool, schema, partitions, fence, pipelined, metrics: metrics.recorder })
     )
 
-    expect(
-      Result.isSuccess(await Effect.runPromise(Effect.result(opened.value.write([holdEvent(user, "first")]))))
-    ).toBe(true)
+    // Appends to the partition's log, as its actor makes them (positions 1, 2, 3).
+    const append = (id: string, position: number) =>
+      Effect.runPromise(
+        Effect.result(
+          opened.value.write([holdEvent(user, id)], { partition, epoch: 1, position, token: "t" })
+        )
+      )
+    expect(Result.isSuccess(await append("first", 1))).toBe(true)
     // Another process claims the partition: the epoch moves on.
     await pool.query(
       `update "${schema}".partition_owners set owner = 'other', epoch = 2 where partition = $1`,
       [partition]
     )
-    const refused = await Effect.runPromise(Effect.result(opened.value.write([holdEvent(user, "second")])))
+    const refused = await append("second", 2)
     expect(Result.isFailure(refused) && refused.failure._tag === "StoreUnavailable").toBe(true)
     // Told with the epoch the refused write was fenced with.
     expect(lost).toEqual([{ partition, epoch: 1 }])
     // A partition this process never held is refused before any SQL.
     epochs.clear()
-    const unowned = await Effect.runPromise(Effect.result(opened.value.write([holdEvent(user, "third")])))
+    const unowned = await append("third", 3)
     expect(Result.isFailure(unowned)).toBe(true)
+    await checkpointAll(pool, schema, partitions)
     const rows = await pool.query(`select id from "${schema}".holds order by id`)
     expect(rows.rows.map((row) => row.id)).toEqual(["first"])
     // The store counts what the fence refused, where it refused it: both refusals, and three commits.
@@ -117,6 +124,7 @@ describe.each([false, true])("fenced writes (pipelined: %s)", (pipelined) => {
     // Decided from memory loaded under epoch 1 (a write queued before the loss): refused before sending.
     expect(Result.isFailure(await write("queued-before-loss", 1))).toBe(true)
     expect(Result.isSuccess(await write("decided-now", 3))).toBe(true)
+    await checkpointAll(pool, schema, partitions)
     const rows = await pool.query(`select id from "${schema}".holds order by id`)
     expect(rows.rows.map((row) => row.id)).toEqual(["decided-now"])
     // A stale write says nothing of the current epoch: the partition is not stepped down from.

@@ -155,16 +155,6 @@ describe("GroupCommit over Postgres", () => {
       `1 000-event commit: median ${timesMs[2]!.toFixed(1)} ms (min ${timesMs[0]!.toFixed(1)}, max ${timesMs[4]!.toFixed(1)})`
     )
   })
-
-  it("fails a repeated ledger key (nothing applied twice) and keeps the first", async () => {
-    const user = "duplicate-ledger"
-    await Effect.runPromise(store.write(actorWrite(user, 0)))
-    const again = await Effect.runPromise(Effect.flip(store.write(actorWrite(user, 0).slice(1, 2))))
-    expect(again._tag).toBe("StoreUnavailable")
-    expect(again.reason).toContain("23505")
-    expect(await countRows(database.pool({ max: 1 }), "usage_ledger", user)).toBe(1)
-    expect(await Effect.runPromise(store.reconcile())).toEqual([])
-  })
 })
 
 describe("GroupCommit failures", () => {

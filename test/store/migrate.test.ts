@@ -4,10 +4,8 @@ import { join } from "node:path"
 import { pathToFileURL } from "node:url"
 import { Effect } from "effect"
 import { afterAll, describe, expect, it } from "vitest"
-import { idRetentionMs } from "../../src/domain/limits.js"
 import { migrate, readMigrations } from "../../src/store/postgres/migrate.js"
 import { ensureSettings } from "../../src/store/postgres/settings.js"
-import { ledgerKeyBucketMs } from "../../src/store/postgres/writeEvents.js"
 import { createTestSchema } from "../support/database.js"
 
 const database = createTestSchema("migrate")
@@ -36,7 +34,9 @@ describe("migrate", () => {
       "events_outbox",
       "holds",
       "members",
+      "partition_log",
       "partition_owners",
+      "partition_progress",
       "period_floors",
       "schema_migrations",
       "settings",
@@ -58,13 +58,6 @@ describe("migrate", () => {
     expect(reports.map((report) => report.version)).toEqual([latestVersion, latestVersion, latestVersion])
     const rows = await pools[0]!.query(`select version from "${schema}".schema_migrations order by version`)
     expect(rows.rows).toEqual(knownVersions.map((version) => ({ version })))
-  })
-
-  it("buckets the ledger's unique key by at most the retention window, as the index says", async () => {
-    // A bucket longer than the retention would refuse a key the decisions may reuse after forgetting it.
-    expect(ledgerKeyBucketMs).toBeLessThanOrEqual(idRetentionMs)
-    const [initial] = await Effect.runPromise(readMigrations())
-    expect(initial!.sql).toContain(`key, (at / ${ledgerKeyBucketMs}))`)
   })
 
   it("refuses a schema migrated by a newer release, naming both versions", async () => {

@@ -9,6 +9,7 @@ import type { CoordinatorShape } from "../../src/actors/Coordinator.js"
 import { Coordinator, coordinatorLayer } from "../../src/actors/Coordinator.js"
 import { defaultConfig } from "../../src/domain/config.js"
 import type { Result } from "../../src/domain/results.js"
+import { checkpointAll } from "../../src/store/postgres/partitionLog.js"
 import { postgresStoreLayer } from "../../src/store/postgres/PostgresStore.js"
 import type { TestSchema } from "../support/database.js"
 import { acquireScoped, createTestSchema, testDatabaseUrl } from "../support/database.js"
@@ -89,6 +90,8 @@ describe("Postgres outage", () => {
     }
     expect(recovered).toMatchObject({ status: "reserved", reserved: 10 })
     const pool = database.pool()
+    // The tables are the log's checkpoint: brought up to date before they are read.
+    await checkpointAll(pool, database.schema, 64)
     const rows = await pool.query(`select id from "${database.schema}".holds order by id`)
     expect(rows.rows.map((row) => row.id)).toEqual(["after", "before"])
   }, 60_000)

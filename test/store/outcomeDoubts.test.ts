@@ -7,19 +7,15 @@
  * - (issue 34) once a settle ended a backend, nothing is read before a replication barrier returned,
  *   and a read that a settle overlapped reads again; without a doubt no barrier runs.
  */
-import { Context, Effect, Exit, Layer } from "effect"
+import { Effect, Exit } from "effect"
 import type pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { Coordinator, coordinatorLayer } from "../../src/actors/Coordinator.js"
-import { defaultConfig } from "../../src/domain/config.js"
 import type { StoreEvent } from "../../src/domain/events.js"
 import type { BackendIdentity } from "../../src/store/Fence.js"
 import { identifyBackend, makeOutcomeDoubts } from "../../src/store/postgres/outcomeDoubts.js"
 import type { PostgresStore } from "../../src/store/postgres/PostgresStore.js"
 import { makePostgresStore } from "../../src/store/postgres/PostgresStore.js"
 import { waitUntilReplicated } from "../../src/store/postgres/replication.js"
-import { Store } from "../../src/store/Store.js"
-import { commitCommand, reserveCommand } from "../support/commands.js"
 import type { TestSchema } from "../support/database.js"
 import { acquireScoped, createTestSchema } from "../support/database.js"
 import { heldLock, slowCommitPool, slowFirstCommitOfH10, until } from "../support/slowCommit.js"
@@ -128,42 +124,6 @@ describe("commits of unknown outcome", () => {
     } catch (error) {
       live.release(true)
       throw error
-    }
-  })
-
-  it("reports a write the ledger refused as already applied: memory was behind the database", async () => {
-    const errors: Array<{ user: string; message: string }> = []
-    const built = await acquireScoped(
-      Effect.gen(function* () {
-        const context = yield* Layer.build(
-          coordinatorLayer({
-            config: defaultConfig,
-            sweepIntervalMs: 0,
-            onError: (user, message) => errors.push({ user, message })
-          }).pipe(Layer.provide(Layer.succeed(Store, store.value)))
-        )
-        return Context.get(context, Coordinator)
-      })
-    )
-    try {
-      const submit = (command: Parameters<typeof built.value.submit>[0]) =>
-        Effect.runPromise(built.value.submit(command))
-      expect((await submit(reserveCommand("w2", "h1", 5))).status).toBe("reserved")
-      // The commit lands behind the actor's back (as a doubtful commit the actor's memory missed).
-      await admin.query(
-        `insert into "${database.schema}".usage_ledger
-           (user_id, meter, period_start, operation, hold_id, key, requested, delta, at)
-         values ('w2', 'analysis', -1, 'commit', 'h1', '', 5, 5, $1)`,
-        [Date.now()]
-      )
-      expect((await submit(commitCommand("w2", "h1"))).status).toBe("unavailable")
-      expect(errors).toContainEqual({
-        user: "w2",
-        message:
-          "memory was behind the database: the store already holds a change decided again (usage_ledger_applied_once)"
-      })
-    } finally {
-      await built.close()
     }
   })
 

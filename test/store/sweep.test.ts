@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { CoordinatorShape } from "../../src/actors/Coordinator.js"
 import { Coordinator, coordinatorLayer } from "../../src/actors/Coordinator.js"
 import { defaultConfig } from "../../src/domain/config.js"
+import { checkpointAll } from "../../src/store/postgres/partitionLog.js"
 import { postgresStoreLayer } from "../../src/store/postgres/PostgresStore.js"
 import type { TestSchema } from "../support/database.js"
 import { acquireScoped, createTestSchema } from "../support/database.js"
@@ -57,6 +58,8 @@ describe("orphan sweep over Postgres", () => {
 
     expect(await run(sweepOnce)).toBe(1)
     const pool = database.pool()
+    // The tables are the log's checkpoint: brought up to date before they are read.
+    await checkpointAll(pool, database.schema, 64)
     const holds = await pool.query(
       `select state, closed_at is not null as closed from "${database.schema}".holds`
     )

@@ -20,6 +20,7 @@ import type { TestSchema } from "../support/database.js"
 import { commitCommand, reserveCommand, retryingUnavailable } from "../support/commands.js"
 import { acquireScoped, createTestSchema } from "../support/database.js"
 import { slowFirstCommitOfH10 } from "../support/slowCommit.js"
+import { checkpointAll } from "../../src/store/postgres/partitionLog.js"
 
 const queryTimeoutMs = 1_000
 /** Longer than the query timeout: the client gives up while the server is still inside COMMIT. */
@@ -87,6 +88,8 @@ describe("a write whose outcome is unknown", () => {
     const tooMuch = await submitRetrying(reserve("big", 4_979))
     expect(tooMuch).toMatchObject({ status: "insufficient_quota", used: 31 })
 
+    // The tables are the log's checkpoint: brought up to date before they are read.
+    await checkpointAll(admin, database.schema, 64)
     const schema = `"${database.schema}"`
     const totals = await admin.query<{ used: string }>(
       `select used::text from ${schema}.usage_totals where user_id = 'u1' and meter = 'analysis'`

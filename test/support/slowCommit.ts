@@ -1,15 +1,15 @@
-/**
- * A COMMIT that outlasts the store's query timeout, as a lost synchronous replica or a storage stall
- * makes one: a deferred trigger (it runs inside COMMIT) on the ledger row of `commit h10` runs `wait`
- * (SQL: a sleep, a lock the test holds). Only the first such commit of each user waits: the sequences
- * are not transactional, so a retry of the same commit does not wait again.
- */
 import { randomInt } from "node:crypto"
 import { Effect } from "effect"
 import pg from "pg"
 import { migrate } from "../../src/store/postgres/migrate.js"
 import { poolConfig } from "../../src/store/postgres/PostgresStore.js"
 
+/**
+ * A COMMIT that outlasts the store's query timeout, as a lost synchronous replica or a storage stall
+ * makes one: a deferred trigger (it runs inside COMMIT) on the log row that holds the ledger entry of
+ * `commit h10` runs `wait` (SQL: a sleep, a lock the test holds). Only the first such commit of each
+ * user waits: the sequences are not transactional, so a retry of the same commit does not wait again.
+ */
 export const slowFirstCommitOfH10 = async (
   admin: pg.Pool,
   schema: string,
@@ -20,15 +20,20 @@ export const slowFirstCommitOfH10 = async (
   await admin.query(`
     ${users.map((user) => `create sequence ${quoted}."slow_${user}";`).join("\n")}
     create function ${quoted}.sleep_in_commit() returns trigger language plpgsql as $$
+    declare
+      entry json;
     begin
-      if nextval(format('%I.%I', '${schema}', 'slow_' || new.user_id)) = 1 then
-        perform ${wait};
-      end if;
+      for entry in select value from json_array_elements(new.body::json) loop
+        if entry->>'kind' = 'ledger' and entry->>'holdId' = 'h10' and entry->>'operation' = 'commit'
+           and nextval(format('%I.%I', '${schema}', 'slow_' || (entry->>'user'))) = 1 then
+          perform ${wait};
+        end if;
+      end loop;
       return null;
     end $$;
-    create constraint trigger sleep_in_commit after insert on ${quoted}.usage_ledger
+    create constraint trigger sleep_in_commit after insert on ${quoted}.partition_log
       deferrable initially deferred for each row
-      when (new.hold_id = 'h10' and new.operation = 'commit')
+      when (new.body like '%"h10"%')
       execute function ${quoted}.sleep_in_commit();`)
 }
 

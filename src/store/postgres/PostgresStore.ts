@@ -260,19 +260,20 @@ export const makePostgresStore = (
           return storeUnavailable(`commit ${eventsIn(writes)} events`)(cause)
         }
       })
-    const groupCommit = yield* makeGroupCommit<FencedWrite, StoreUnavailable>({
-      commit:
-        metrics === noMetrics
-          ? commitGroup
-          : (writes) =>
-              Effect.suspend(() => {
-                const startedAt = performance.now()
-                return Effect.onExit(commitGroup(writes), (exit) =>
-                  Effect.sync(() =>
-                    metrics.storeCommitted((performance.now() - startedAt) / 1_000, Exit.isSuccess(exit))
-                  )
+    const instrumentedCommit =
+      metrics === noMetrics
+        ? commitGroup
+        : (writes: ReadonlyArray<FencedWrite>) =>
+            Effect.suspend(() => {
+              const startedAt = performance.now()
+              return Effect.onExit(commitGroup(writes), (exit) =>
+                Effect.sync(() =>
+                  metrics.storeCommitted((performance.now() - startedAt) / 1_000, Exit.isSuccess(exit))
                 )
-              }),
+              )
+            })
+    const groupCommit = yield* makeGroupCommit<FencedWrite, StoreUnavailable>({
+      commit: instrumentedCommit,
       itemsPerCommitMax: options.eventsPerCommitMax ?? storeEventsPerCommitMax,
       sizeOf: (write) => write.events.length,
       isolate: failedBecauseOfOneSubmission,
@@ -280,13 +281,26 @@ export const makePostgresStore = (
       closed: () => new StoreUnavailable({ reason: "the store is shutting down" })
     })
 
+    // A test's seeds (writes with no target) commit as the appends do, in groups of their own.
     const seeds = yield* makeGroupCommit<FencedWrite, StoreUnavailable>({
-      commit: commitGroup,
+      commit: instrumentedCommit,
       itemsPerCommitMax: options.eventsPerCommitMax ?? storeEventsPerCommitMax,
       sizeOf: (write) => write.events.length,
       isolate: failedBecauseOfOneSubmission,
+      writersMax: options.writersMax ?? storeWritersMax,
       closed: () => new StoreUnavailable({ reason: "the store is shutting down" })
     })
+    const commitStats = Effect.map(
+      Effect.all([groupCommit.stats, seeds.stats]),
+      ([appends, seeded]): GroupCommitStats => ({
+        commits: appends.commits + seeded.commits,
+        failedCommits: appends.failedCommits + seeded.failedCommits,
+        submissions: appends.submissions + seeded.submissions,
+        items: appends.items + seeded.items,
+        largestCommitItems: Math.max(appends.largestCommitItems, seeded.largestCommitItems),
+        queued: appends.queued + seeded.queued
+      })
+    )
 
     /** One checkpoint transaction of a partition; a COMMIT of unknown outcome is settled before anything reads. */
     const checkpointOnce = (partition: number, known: ReadonlyArray<LogEntry>, through: number) =>
@@ -383,12 +397,16 @@ export const makePostgresStore = (
         }),
       write,
       checkpoint: (partition, known, through) =>
-        Effect.map(checkpointOnce(partition, known, through), ({ checkpointed }) => checkpointed),
+        Effect.map(checkpointOnce(partition, known, through), ({ checkpointed, projected }) => {
+          if (projected > 0) options.outboxCounts?.checkpointed(partition)
+          return checkpointed
+        }),
       openPartition: (partition) =>
         Effect.gen(function* () {
           // The tail a previous owner left, brought into the tables before anything of it is loaded.
           for (;;) {
             const outcome = yield* checkpointOnce(partition, [], Infinity)
+            if (outcome.projected > 0) options.outboxCounts?.checkpointed(partition)
             if (outcome.projected < checkpointRowsPerTransactionMax)
               return { nextPosition: Math.max(outcome.last, outcome.checkpointed) + 1 }
           }
@@ -469,7 +487,7 @@ export const makePostgresStore = (
           },
           catch: storeUnavailable("read meter states")
         }),
-      commitStats: groupCommit.stats,
+      commitStats,
       readSettled: doubts.readSettled
     }
     return store

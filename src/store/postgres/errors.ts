@@ -51,28 +51,11 @@ const describePgError = (cause: unknown): string => {
   return String(cause)
 }
 
-/** A unique constraint whose refusal means the writer repeated a change the store holds (see alreadyHeld). */
-const appliedOnceConstraints: ReadonlySet<string> = new Set(["usage_ledger_applied_once"])
-
-/** The constraint that refused `cause` as a repeat of a change already stored, or undefined. */
-const alreadyHeldBy = (cause: unknown): string | undefined => {
-  const { code, constraint } = cause as { code?: unknown; constraint?: unknown }
-  return code === "23505" && typeof constraint === "string" && appliedOnceConstraints.has(constraint)
-    ? constraint
-    : undefined
-}
-
 /** The one mapping of a `pg` failure: `operation` says what the store was doing. */
 export const storeUnavailable =
   (operation: string) =>
-  (cause: unknown): StoreUnavailable => {
-    const alreadyHeld = alreadyHeldBy(cause)
-    return new StoreUnavailable({
-      reason: `${operation}: ${describePgError(cause)}`,
-      cause,
-      ...(alreadyHeld === undefined ? {} : { alreadyHeld })
-    })
-  }
+  (cause: unknown): StoreUnavailable =>
+    new StoreUnavailable({ reason: `${operation}: ${describePgError(cause)}`, cause })
 
 const schemaNamePattern = /^[a-z_][a-z0-9_]{0,62}$/
 

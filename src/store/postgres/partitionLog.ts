@@ -27,7 +27,8 @@ import {
   sequentially,
   statementName,
   submitCorked,
-  syncRepWaitRoutine
+  syncRepWaitRoutine,
+  writeStatements
 } from "./writeEvents.js"
 
 /** A batch the owner appended and holds in memory: its position and its events. */
@@ -236,3 +237,26 @@ export const checkpointPartition = async (
     if (unreplicated !== undefined) throw new CommitNotReplicated(unreplicated)
     return { checkpointed: newCheckpointed, last: Math.max(last, newCheckpointed), projected: entries.length }
   })
+
+/**
+ * Brings every partition's log into the tables: what a test reads the tables after, and what an
+ * operator may run to have them whole (the owners' own checkpoints run meanwhile: the progress row
+ * keeps the two from projecting a row twice).
+ */
+export const checkpointAll = async (pool: pg.Pool, schema: string, partitions: number): Promise<number> => {
+  const statements = { ...writeStatements(schema), ...logStatements(schema) }
+  const pending = await pool.query<{ partition: number }>(
+    `select distinct log.partition from "${schema}".partition_log as log
+     left join "${schema}".partition_progress as progress using (partition)
+     where log.position > coalesce(progress.checkpointed, 0)`
+  )
+  let projected = 0
+  for (const { partition } of pending.rows) {
+    for (;;) {
+      const outcome = await checkpointPartition(pool, statements, partition, [], Infinity, partitions, false)
+      projected += outcome.projected
+      if (outcome.projected < checkpointRowsPerTransactionMax) break
+    }
+  }
+  return projected
+}

@@ -19,13 +19,6 @@ import { withCheckedOutClient } from "./checkedOutClient.js"
 export const periodNoneSentinel = -1
 
 /**
- * The bucket of usage_ledger_applied_once (migrations/0001_initial.sql): a ledger key is unique within
- * one bucket of `at`. It must not exceed idRetentionMs, or a key reused after the retry window (which
- * the decisions allow) could land in the same bucket and be refused forever.
- */
-export const ledgerKeyBucketMs = 604_800_000
-
-/**
  * The first key of the transaction-scoped advisory lock on a partition's outbox ("QOUT"; the member
  * locks use another). Group commits run several transactions at once, and `seq` is drawn when a row is
  * inserted, not when it commits: without the lock, a later seq of a partition could commit before an
@@ -164,8 +157,7 @@ const statementTexts = (schema: string) => ({
       meter = excluded.meter, amount = excluded.amount, consumed = excluded.consumed,
       state = excluded.state, expires_at = excluded.expires_at, created_at = excluded.created_at,
       closed_at = excluded.closed_at`,
-  // A plain insert: a second row for the same (user, operation, hold, key) in one ledgerKeyBucketMs
-  // violates usage_ledger_applied_once and fails the whole group rather than count usage twice.
+  // A plain insert, every row: a key is applied once by the decisions, not refused here (migration 0012).
   appendLedger: `
     insert into "${schema}".usage_ledger
       (user_id, meter, period_start, operation, hold_id, key, requested, delta, at)
