@@ -74,8 +74,8 @@ export interface CoordinatorShape {
    * The transport stopped taking the partitions' messages (`"all"`: every partition): waiters are
    * answered `unavailable` now (a waiter may wait minutes and would hold up a hand-off or a shutdown;
    * its caller retries with the same job), then this waits, at most `timeoutMs`, until what the
-   * partitions hold is decided and answered. True when it all was. Meant to be followed by
-   * dropPartitions.
+   * partitions hold is decided and answered, and their logs checkpointed. True when it all was. Meant
+   * to be followed by dropPartitions.
    */
   readonly drainPartitions: (
     partitions: ReadonlyArray<number> | "all",
@@ -276,7 +276,9 @@ export const makeCoordinator = (
         const timedOut = new Promise<false>((resolve) => {
           timer = setTimeout(() => resolve(false), timeoutMs)
         })
-        const idle = Promise.all(draining.map(({ actor }) => actor.whenIdle())).then(() => true as const)
+        const idle = Promise.all(
+          draining.map(({ actor }) => actor.whenIdle().then(() => actor.checkpointed()))
+        ).then(() => true as const)
         const drained = await Promise.race([idle, timedOut])
         clearTimeout(timer)
         return drained

@@ -226,6 +226,14 @@ export class PartitionActor implements ResidentHome {
     this.wake()
   }
 
+  /**
+   * Resolves once every final append is in the tables (or the partition let go of its memory): what a
+   * drain does last, so a hand-off or a shutdown leaves the next owner no tail to bring in.
+   */
+  checkpointed(): Promise<void> {
+    return new Promise((resolve) => this.afterCheckpoint(resolve, resolve))
+  }
+
   /** Resolves once nothing is queued, loading, in a batch or being read. */
   whenIdle(): Promise<void> {
     if (this.isIdle()) return Promise.resolve()

@@ -144,6 +144,13 @@ export const checkpointIntervalMs = 1_000
 export const unprojectedLogRowsMax = 4_096
 
 /**
+ * Checkpoint transactions (a partition's open among them) a process runs at once; the rest wait their
+ * turn, so a cold start that opens every partition leaves the pool's other connections to loads and
+ * appends.
+ */
+export const checkpointsInFlightMax = 2
+
+/**
  * Log rows one checkpoint transaction reads back and projects (a new owner bringing a long tail in);
  * the rest go in the next transactions.
  */

@@ -15,6 +15,7 @@ import { QuotaClient } from "../../src/client/QuotaClient.js"
 import type { QuotaClientOptions } from "../../src/client/options.js"
 import { partitionOf } from "../../src/domain/partition.js"
 import type { AcknowledgedWrites } from "../support/databaseChecks.js"
+import { tablesUpToDate } from "../support/databaseChecks.js"
 import type { ServeProcess } from "../support/processes.js"
 import { startServe, stopServe } from "../support/processes.js"
 import { makeRng } from "../../bench/lib/rng.js"
@@ -553,6 +554,7 @@ export const clientOverGrants = (load: GrantRecord): Array<string> => {
  * committed holds fit the limit.
  */
 export const databaseAgainstClients = async (pool: pg.Pool, load: GrantRecord): Promise<Array<string>> => {
+  await tablesUpToDate(pool)
   const violations: Array<string> = []
   const rows = await pool.query<{
     user_id: string

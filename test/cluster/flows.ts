@@ -9,7 +9,7 @@ import { QuotaClient } from "../../src/client/QuotaClient.js"
 import { partitionOf } from "../../src/domain/partition.js"
 import { expect } from "vitest"
 import type { AcknowledgedWrites } from "../support/databaseChecks.js"
-import { checkDatabase } from "../support/databaseChecks.js"
+import { checkDatabase, tablesUpToDate } from "../support/databaseChecks.js"
 import type { LoadFailure, Member } from "./cluster.js"
 import {
   clientOverGrants,
@@ -307,6 +307,7 @@ export class FlowLoad {
  * limit as the clients saw them.
  */
 export const slotsAndCharges = async (pool: pg.Pool, load: FlowLoad) => {
+  await tablesUpToDate(pool)
   const violations: Array<string> = []
   const wrong: Array<WrongAnswer> = []
   const held = await pool.query<{ user_id: string; job: string }>("select user_id, job from quota.slots")

@@ -84,7 +84,7 @@ describe.each([false, true])("fenced writes (pipelined: %s)", (pipelined) => {
     epochs.clear()
     const unowned = await append("third", 3)
     expect(Result.isFailure(unowned)).toBe(true)
-    await checkpointAll(pool, schema, partitions)
+    await checkpointAll(pool, schema)
     const rows = await pool.query(`select id from "${schema}".holds order by id`)
     expect(rows.rows.map((row) => row.id)).toEqual(["first"])
     // The store counts what the fence refused, where it refused it: both refusals, and three commits.
@@ -124,7 +124,7 @@ describe.each([false, true])("fenced writes (pipelined: %s)", (pipelined) => {
     // Decided from memory loaded under epoch 1 (a write queued before the loss): refused before sending.
     expect(Result.isFailure(await write("queued-before-loss", 1))).toBe(true)
     expect(Result.isSuccess(await write("decided-now", 3))).toBe(true)
-    await checkpointAll(pool, schema, partitions)
+    await checkpointAll(pool, schema)
     const rows = await pool.query(`select id from "${schema}".holds order by id`)
     expect(rows.rows.map((row) => row.id)).toEqual(["decided-now"])
     // A stale write says nothing of the current epoch: the partition is not stepped down from.

@@ -91,7 +91,7 @@ describe("Postgres outage", () => {
     expect(recovered).toMatchObject({ status: "reserved", reserved: 10 })
     const pool = database.pool()
     // The tables are the log's checkpoint: brought up to date before they are read.
-    await checkpointAll(pool, database.schema, 64)
+    await checkpointAll(pool, database.schema)
     const rows = await pool.query(`select id from "${database.schema}".holds order by id`)
     expect(rows.rows.map((row) => row.id)).toEqual(["after", "before"])
   }, 60_000)

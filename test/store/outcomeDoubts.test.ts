@@ -11,6 +11,7 @@ import { Effect, Exit } from "effect"
 import type pg from "pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { StoreEvent } from "../../src/domain/events.js"
+import { partitionOf } from "../../src/domain/partition.js"
 import type { BackendIdentity } from "../../src/store/Fence.js"
 import { identifyBackend, makeOutcomeDoubts } from "../../src/store/postgres/outcomeDoubts.js"
 import type { PostgresStore } from "../../src/store/postgres/PostgresStore.js"
@@ -58,10 +59,12 @@ describe("commits of unknown outcome", () => {
 
   it("starts no write group while an earlier commit of unknown outcome may still land", async () => {
     const at = Date.now()
+    const user = "w1"
+    const partition = partitionOf(user, 64)
     // Memory behind the database, as after a load that missed the doubtful commit: the same decision twice.
     const commitOfH10: StoreEvent = {
       kind: "ledger",
-      user: "w1",
+      user,
       meter: "analysis",
       periodStart: null,
       operation: "commit",
@@ -71,27 +74,30 @@ describe("commits of unknown outcome", () => {
       delta: 10,
       at
     }
-    const first = await Effect.runPromiseExit(store.value.write([commitOfH10]))
+    const append = (position: number) =>
+      Effect.runPromiseExit(store.value.write([commitOfH10], { partition, epoch: 0, position, token: "t" }))
+    const first = await append(1)
     expect(Exit.isFailure(first), "the first COMMIT gets no answer").toBe(true)
     expect(await waitingFor("advisory"), "and is still running on the server").toBe(1)
 
-    const second = Effect.runPromiseExit(store.value.write([commitOfH10]))
+    const second = append(2)
     let secondDone = false
     void second.then(() => (secondDone = true))
-    // Today's bug: the second group runs at once and waits behind the first's row (its transaction id);
-    // the first then commits. Fixed: the first is ended before the second group starts.
-    await until(
-      async () => secondDone || (await waitingFor("transactionid")) > 0,
-      "the second write to finish or to wait behind the first"
-    )
+    // The bug: the second group commits at once while the first still waits, and the first lands after it
+    // once the lock is released. Fixed: the first is ended before the second group starts.
+    await until(async () => secondDone, "the second append to finish")
+    const stillWaiting = await waitingFor("advisory")
     await lock!.release()
-    const outcome = await second
-    const ledger = await admin.query<{ count: string }>(
-      `select count(*)::text as count from "${database.schema}".usage_ledger where user_id = 'w1'`
+    expect((await second)._tag).toBe("Success")
+    // Give a first COMMIT that is still there the time to land, as it would after the release.
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    const rows = await admin.query<{ position: string }>(
+      `select position::text from "${database.schema}".partition_log where partition = $1 order by position`,
+      [partition]
     )
-    expect({ second: outcome._tag, ledgerRows: ledger.rows[0]?.count }).toEqual({
-      second: "Success",
-      ledgerRows: "1"
+    expect({ stillWaiting, positions: rows.rows.map((row) => row.position) }).toEqual({
+      stillWaiting: 0,
+      positions: ["2"]
     })
   }, 20_000)
 

@@ -107,7 +107,7 @@ describe("remembered ids", () => {
     expect(retried).toMatchObject({ status: "closed", id: "old-0", state: "committed" })
     expect(await submit(commit(user, "old-0"))).toMatchObject({ status: "exists", state: "committed" })
     // The tables are the log's checkpoint: brought up to date before they are read.
-    await checkpointAll(admin, database.schema, partitions)
+    await checkpointAll(admin, database.schema)
     const ledger = await admin.query(
       `select count(*)::int as rows from ${table("usage_ledger")} where user_id = $1`,
       [user]

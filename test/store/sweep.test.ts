@@ -59,7 +59,7 @@ describe("orphan sweep over Postgres", () => {
     expect(await run(sweepOnce)).toBe(1)
     const pool = database.pool()
     // The tables are the log's checkpoint: brought up to date before they are read.
-    await checkpointAll(pool, database.schema, 64)
+    await checkpointAll(pool, database.schema)
     const holds = await pool.query(
       `select state, closed_at is not null as closed from "${database.schema}".holds`
     )

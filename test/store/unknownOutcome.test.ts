@@ -89,7 +89,7 @@ describe("a write whose outcome is unknown", () => {
     expect(tooMuch).toMatchObject({ status: "insufficient_quota", used: 31 })
 
     // The tables are the log's checkpoint: brought up to date before they are read.
-    await checkpointAll(admin, database.schema, 64)
+    await checkpointAll(admin, database.schema)
     const schema = `"${database.schema}"`
     const totals = await admin.query<{ used: string }>(
       `select used::text from ${schema}.usage_totals where user_id = 'u1' and meter = 'analysis'`

@@ -176,7 +176,7 @@ describe("two commits of unknown outcome close together", () => {
     expect(outcomes).toEqual({ u1: expected, u2: expected })
 
     // The tables are the log's checkpoint: brought up to date before they are read.
-    await checkpointAll(admin, database.schema, 64)
+    await checkpointAll(admin, database.schema)
     const schema = `"${database.schema}"`
     const totals = await admin.query<{ user_id: string; used: string }>(
       `select user_id, used::text from ${schema}.usage_totals where meter = 'analysis' order by user_id`

@@ -3,6 +3,14 @@
  * acknowledged grant and charge present, no idempotency key applied twice, totals equal to the ledger.
  */
 import type pg from "pg"
+import { checkpointAll } from "../../src/store/postgres/partitionLog.js"
+
+/**
+ * A `serve` database's tables brought up to its partitions' logs: the tables are the logs' checkpoint,
+ * and what a check reads must hold every acknowledged change. The owners' own checkpoints run
+ * meanwhile; none projects a row twice (src/store/postgres/partitionLog.ts).
+ */
+export const tablesUpToDate = (pool: pg.Pool): Promise<number> => checkpointAll(pool, "quota")
 
 export interface AcknowledgedWrites {
   readonly holds: ReadonlyMap<string, { user: string; id: string; amount: number }>
@@ -20,6 +28,7 @@ export const checkDatabase = async (
   pool: pg.Pool,
   acknowledged: AcknowledgedWrites
 ): Promise<DatabaseReport> => {
+  await tablesUpToDate(pool)
   const violations: Array<string> = []
   const overLimit = await pool.query<{
     user_id: string

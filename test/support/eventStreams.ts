@@ -43,10 +43,20 @@ export const deleteLeftoverStreams = async (natsUrl: string, now = Date.now()): 
   }
 }
 
-/** Events recorded and not yet published: the rows of the `quota` schema's outbox (a `serve`'s database). */
+/**
+ * Events recorded and not yet published (a `serve`'s database, schema `quota`): the outbox's rows, and
+ * the events of the logs' rows not yet checkpointed into it.
+ */
 export const outboxRowCount = async (pool: pg.Pool): Promise<number> =>
   Number(
-    (await pool.query<{ rows: string }>("select count(*) as rows from quota.events_outbox")).rows[0]?.rows
+    (
+      await pool.query<{ rows: string }>(
+        `select (select count(*) from quota.events_outbox)
+           + (select coalesce(sum(log.events), 0) from quota.partition_log as log
+              left join quota.partition_progress as progress using (partition)
+              where log.position > coalesce(progress.checkpointed, 0)) as rows`
+      )
+    ).rows[0]?.rows
   )
 
 /** Messages in `stream` now; 0 while it does not exist. */

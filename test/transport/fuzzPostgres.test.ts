@@ -17,6 +17,7 @@ import { makeLogger } from "../../src/transport/log.js"
 import { natsServerLayer } from "../../src/transport/NatsServer.js"
 import { createTestSchema } from "../support/database.js"
 import { randomPrefix } from "../support/processes.js"
+import { checkpointAll } from "../../src/store/postgres/partitionLog.js"
 
 const database = createTestSchema("fuzz_pg")
 const prefix = randomPrefix("fuzzpg")
@@ -63,6 +64,8 @@ const subject = (kind: "ops" | "admin" = "ops") => `${prefix}.v1.${partitionOf(u
 /** Every row of every table, as text: equal before and after means nothing changed. */
 const fingerprint = async (): Promise<string> => {
   const pool = database.pool({ max: 1 })
+  // The tables are the log's checkpoint: brought up to date before they are read.
+  await checkpointAll(pool, database.schema)
   const parts: Array<string> = []
   for (const table of ["holds", "usage_ledger", "usage_totals", "slots", "user_plans", "user_limits"]) {
     const rows = await pool.query(`select * from "${database.schema}".${table} order by 1, 2`)

@@ -13,6 +13,7 @@ import {
   storeConnectTimeoutMs,
   storeEventsPerCommitMax,
   checkpointRowsPerTransactionMax,
+  checkpointsInFlightMax,
   storeLoadsInFlightMax,
   storeUsersPerLoadMax,
   storeWritersMax,
@@ -54,7 +55,7 @@ import {
 import type { FencedWrite } from "./writeEvents.js"
 import { pingWritable, refuseUnlessWritable } from "./writablePrimary.js"
 import type { LogAppend, LogEntry } from "./partitionLog.js"
-import { appendGroup, checkpointPartition, logStatements } from "./partitionLog.js"
+import { appendGroup, checkpointPartition, logStatements, makeTurns } from "./partitionLog.js"
 import { waitUntilReplicated } from "./replication.js"
 
 /** The schema when configuration names none. */
@@ -302,22 +303,17 @@ export const makePostgresStore = (
       })
     )
 
+    // Checkpoints (and opens) take turns: at most checkpointsInFlightMax hold a connection, so a cold
+    // start opening every partition leaves the pool to loads and appends, and never times out waiting.
+    const checkpointTurns = makeTurns(checkpointsInFlightMax)
     /** One checkpoint transaction of a partition; a COMMIT of unknown outcome is settled before anything reads. */
     const checkpointOnce = (partition: number, known: ReadonlyArray<LogEntry>, through: number) =>
       Effect.tryPromise({
-        try: async () => {
-          if (doubts.pending()) await doubts.settle()
-          return await checkpointPartition(
-            pool,
-            log,
-            partition,
-            known,
-            through,
-            partitions,
-            pipelined,
-            identify
-          )
-        },
+        try: () =>
+          checkpointTurns.run(async () => {
+            if (doubts.pending()) await doubts.settle()
+            return await checkpointPartition(pool, log, partition, known, through, pipelined, identify)
+          }),
         catch: (cause) => {
           if (cause instanceof WriteOutcomeUnknown) doubts.add(cause.backend)
           if (cause instanceof CommitNotReplicated) doubts.unreplicated()
@@ -403,6 +399,20 @@ export const makePostgresStore = (
         }),
       openPartition: (partition) =>
         Effect.gen(function* () {
+          const state = yield* Effect.tryPromise({
+            try: () =>
+              doubts.readSettled(() =>
+                pool.query<{ checkpointed: string; last: string }>(
+                  pipelined
+                    ? { ...log.logState, values: [partition] }
+                    : { text: log.logState.text, values: [partition] }
+                )
+              ),
+            catch: storeUnavailable(`open partition ${partition}'s log`)
+          })
+          const { checkpointed, last } = state.rows[0]!
+          if (Number(last) <= Number(checkpointed))
+            return { nextPosition: Math.max(Number(last), Number(checkpointed)) + 1 }
           // The tail a previous owner left, brought into the tables before anything of it is loaded.
           for (;;) {
             const outcome = yield* checkpointOnce(partition, [], Infinity)

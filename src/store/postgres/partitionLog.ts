@@ -63,7 +63,13 @@ const logStatementTexts = (schema: string) => ({
     delete from "${schema}".partition_log
     where partition = $1 and position <= least($2::bigint, $3::bigint)`,
   lastPosition: `
-    select coalesce(max(position), 0)::text as last from "${schema}".partition_log where partition = $1`
+    select coalesce(max(position), 0)::text as last from "${schema}".partition_log where partition = $1`,
+  // Where a partition's log stands: nothing to bring in when `last` is not past `checkpointed`.
+  logState: `
+    select
+      coalesce((select checkpointed from "${schema}".partition_progress where partition = $1), 0)::text
+        as checkpointed,
+      coalesce((select max(position) from "${schema}".partition_log where partition = $1), 0)::text as last`
 })
 
 type LogStatementKey = keyof ReturnType<typeof logStatementTexts>
@@ -152,7 +158,6 @@ export const checkpointPartition = async (
   partition: number,
   known: ReadonlyArray<LogEntry>,
   through: number,
-  partitions: number,
   pipelined: boolean,
   identify?: (client: pg.PoolClient) => Promise<BackendIdentity>
 ): Promise<CheckpointOutcome> =>
@@ -199,9 +204,10 @@ export const checkpointPartition = async (
         : [
             ...groupQueries(
               statements,
+              // Every row names its partition: no user's is computed.
               collapseWrites(
                 entries.map((entry) => ({ events: entry.events, target: { partition } })),
-                partitions
+                partition + 1
               )
             )
           ]
@@ -243,7 +249,7 @@ export const checkpointPartition = async (
  * operator may run to have them whole (the owners' own checkpoints run meanwhile: the progress row
  * keeps the two from projecting a row twice).
  */
-export const checkpointAll = async (pool: pg.Pool, schema: string, partitions: number): Promise<number> => {
+export const checkpointAll = async (pool: pg.Pool, schema: string): Promise<number> => {
   const statements = { ...writeStatements(schema), ...logStatements(schema) }
   const pending = await pool.query<{ partition: number }>(
     `select distinct log.partition from "${schema}".partition_log as log
@@ -253,10 +259,28 @@ export const checkpointAll = async (pool: pg.Pool, schema: string, partitions: n
   let projected = 0
   for (const { partition } of pending.rows) {
     for (;;) {
-      const outcome = await checkpointPartition(pool, statements, partition, [], Infinity, partitions, false)
+      const outcome = await checkpointPartition(pool, statements, partition, [], Infinity, false)
       projected += outcome.projected
       if (outcome.projected < checkpointRowsPerTransactionMax) break
     }
   }
   return projected
+}
+
+/** Runs at most `max` tasks at once; the rest wait their turn in order. */
+export const makeTurns = (max: number) => {
+  let running = 0
+  const waiting: Array<() => void> = []
+  return {
+    run: async <A>(task: () => Promise<A>): Promise<A> => {
+      while (running >= max) await new Promise<void>((resolve) => waiting.push(resolve))
+      running += 1
+      try {
+        return await task()
+      } finally {
+        running -= 1
+        waiting.shift()?.()
+      }
+    }
+  }
 }
