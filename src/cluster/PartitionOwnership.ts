@@ -19,7 +19,6 @@ import type { OwnershipOptions, OwnershipState } from "./OwnershipState.js"
 import { sentNow, servableFrom, servableShareOfLease } from "./OwnershipState.js"
 import {
   givingUpReason,
-  recheckFailedStore,
   servingLossGraceMs,
   storeFailed,
   stuckStepDowns,
@@ -155,7 +154,6 @@ export const ownershipRound = (options: OwnershipOptions) =>
     // Cut off from the transport, a clock beyond the bound, a store that fails: nothing it owns can be
     // served from here (a clock off could free a slot or expire a hold early), so the others take it.
     const clockBeyond = yield* checkClock(options)
-    yield* recheckFailedStore(options)
     const away = givingUpReason({
       transportAway: transportAway(options),
       clockBeyond,

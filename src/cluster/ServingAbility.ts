@@ -127,17 +127,3 @@ export const watchStore = (
       yield* Effect.sleep(storeCheckIntervalMs)
     }
   })
-
-/**
- * Asks the store once more, briefly, when it is marked failed: the round that runs as soon as the
- * member lock is held again (after a failover) then claims at once, not a check interval later.
- */
-export const recheckFailedStore = (options: OwnershipOptions): Effect.Effect<void> => {
-  const { state, checkStore } = options
-  if (state.storeFailedSince === undefined || checkStore === undefined) return Effect.void
-  return Effect.flatMap(Effect.exit(Effect.timeout(checkStore, storeCheckIntervalMs)), (exit) =>
-    Effect.sync(() => {
-      if (Exit.isSuccess(exit)) storePassed(options)
-    })
-  )
-}
