@@ -308,6 +308,24 @@ export const natsStartWaitMs = 60_000
  */
 export const natsReconnectWaitMs = 1_000
 
+/**
+ * How often each process checks its store as a load uses it: the commits of unknown outcome settled,
+ * then a round trip on the store's pool (src/cluster/ServingAbility.ts). One statement each time, one
+ * check at a time; a check is waited for the serving-loss grace at most.
+ */
+export const storeCheckIntervalMs = 500
+
+/**
+ * How long a process bears its store failing every check, or a step-down that does not end (its
+ * requests in flight wait on something stuck), before it stops counting on itself: this share of the
+ * lease, at least servingLossGraceMsMin. Past it, a failed store makes it give every partition up (as a
+ * NATS loss does) until a check passes, and a stuck step-down makes it heartbeat as leaving and release
+ * the leases it no longer serves until the step-down ends: the others claim them, so every partition is
+ * served again within a lease and a round of a single fault.
+ */
+export const servingLossGraceShareOfLease = 1 / 3
+export const servingLossGraceMsMin = 1_000
+
 /** Connections of the pool that heartbeats and renews partition leases, apart from the store's. */
 export const ownershipPoolConnections = 2
 

@@ -320,6 +320,16 @@ export const makePostgresStore = (
       return Effect.tap(submit(events, target), () => Effect.sync(() => outboxCounts.recorded(recording)))
     }
 
+    // One check at a time: a stuck pool would otherwise gather one waiting check per interval.
+    let checking: Promise<void> | undefined
+    const checkOnce = (): Promise<void> =>
+      (checking ??= (async () => {
+        if (doubts.pending()) await doubts.settle()
+        await pingWritable(pool)
+      })().finally(() => {
+        checking = undefined
+      }))
+
     const usageHistory = makeUsageHistory(pool, schema, doubts.readSettled)
     const store: PostgresStore = {
       pastUsage: usageHistory.pastUsage,
@@ -369,6 +379,10 @@ export const makePostgresStore = (
       ping: Effect.tryPromise({
         try: () => pingWritable(pool),
         catch: storeUnavailable("ping")
+      }),
+      check: Effect.tryPromise({
+        try: checkOnce,
+        catch: storeUnavailable("check the store as a load uses it")
       }),
       reconcile: () =>
         Effect.tryPromise({
