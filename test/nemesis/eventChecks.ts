@@ -53,6 +53,13 @@ export interface EventReport {
   readonly messages: number
   readonly byKind: Record<string, number>
   readonly outboxLeft: number
+  /**
+   * A figure for issue 34 item 2: the final primary's outbox sequence and the highest sequence number
+   * among the stream's event ids (`<database tag>-<seq>`): the first below the second means ids the
+   * stream holds will be handed out again (and dropped as repeats, or skipped unpublished).
+   */
+  readonly outboxSequence: number
+  readonly streamSequenceMax: number
   readonly violations: ReadonlyArray<string>
 }
 
@@ -262,7 +269,16 @@ export const checkEvents = async (world: NemesisWorld, load: NemesisLoad): Promi
   })
   if (early.length > 0) violations.push(`expiries before they could be due: ${some(early)}`)
 
+  const sequence = await pool.query<{ last: string }>(
+    "select last_value::text as last from quota.events_outbox_seq_seq"
+  )
+  const streamSequenceMax = Math.max(
+    0,
+    ...events.map((event) => Number(event.eventId.split("-").at(-1))).filter(Number.isFinite)
+  )
   return {
+    outboxSequence: Number(sequence.rows[0]?.last ?? 0),
+    streamSequenceMax,
     messages: events.length,
     byKind,
     outboxLeft,

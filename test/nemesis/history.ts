@@ -79,3 +79,27 @@ export const describeCall = (call: Call, zero: number): string => {
     `${[...fields, ...instants].length === 0 ? "" : ` [${[...fields, ...instants].join(", ")}]`}`
   )
 }
+
+/** How many calls of a user the results show, and how close in time to a named one they must be. */
+const evidenceCallsMax = 80
+const evidenceNearMs = 2_000
+
+/**
+ * The calls of `user` a violation's reader needs: those of the holds and jobs the violations name, and
+ * the user's other calls sent within two seconds of one of them (the reads and grants around it).
+ */
+export const evidenceOf = (
+  calls: ReadonlyArray<Call>,
+  user: string,
+  violations: ReadonlyArray<string>
+): Array<Call> => {
+  const lines = violations.filter((what) => what.includes(user))
+  const named = calls.filter(
+    (call) =>
+      call.flow !== "" &&
+      lines.some((line) => line.includes(`${user}/${call.flow}`) || line.includes(` ${call.flow} `))
+  )
+  const near = (call: Call) => named.some((other) => Math.abs(other.sentAt - call.sentAt) <= evidenceNearMs)
+  const shown = calls.filter((call) => named.includes(call) || near(call))
+  return (shown.length > 0 ? shown : calls).slice(-evidenceCallsMax)
+}

@@ -20,7 +20,7 @@ import { sleep, waitForBalance } from "../cluster/cluster.js"
 import { slotLimit } from "../cluster/flows.js"
 import { partitionOf } from "../../src/domain/partition.js"
 import { checkEvents } from "./eventChecks.js"
-import { describeCall, usersNamed } from "./history.js"
+import { describeCall, evidenceOf, usersNamed } from "./history.js"
 import { applyFault, healAll } from "./faults.js"
 import { finalChecks, waitForExpiries } from "./finalChecks.js"
 import { NemesisLoad } from "./load.js"
@@ -34,7 +34,15 @@ import { staleAnswers, watchOwnership } from "./staleAnswers.js"
 import type { UnservedReport } from "./unserved.js"
 import { judgeUnserved, watchUnserved } from "./unserved.js"
 import type { NemesisWorld } from "./world.js"
-import { closeWorld, currentServe, faketimeAvailable, openWorld, ownerOfServe, worldNow } from "./world.js"
+import {
+  closeWorld,
+  currentServe,
+  faketimeAvailable,
+  monthEndOf,
+  openWorld,
+  ownerOfServe,
+  worldNow
+} from "./world.js"
 
 export type { Violation } from "./monitor.js"
 
@@ -97,7 +105,12 @@ export interface NemesisResult {
   }
   /** Replies judged against the model, and how many were wrong. */
   readonly judged: { readonly replies: number; readonly wrong: number }
-  readonly events: { readonly messages: number; readonly byKind: Record<string, number> } | undefined
+  readonly events:
+    | Pick<
+        Awaited<ReturnType<typeof checkEvents>>,
+        "messages" | "byKind" | "outboxSequence" | "streamSequenceMax"
+      >
+    | undefined
   readonly unserved: Omit<UnservedReport, "violations"> | undefined
   readonly staleAnswers: number
   readonly wallMs: number
@@ -133,23 +146,6 @@ const loadStopMsMax = 80_000
 
 /** Roughly how long a world takes to start (a Postgres pair, three processes, the load's limits). */
 const worldStartMs = 12_000
-
-/** The month starts a run's world may cross into (UTC): a year's end, a short February, a leap one. */
-const monthStarts = [
-  Date.UTC(2026, 11, 1),
-  Date.UTC(2027, 0, 1),
-  Date.UTC(2027, 2, 1),
-  Date.UTC(2027, 4, 1),
-  Date.UTC(2028, 2, 1),
-  Date.UTC(2028, 0, 1)
-]
-
-/** The month's end a seed's world crosses, and the period before it. */
-export const monthEndOf = (seed: number): { at: number; before: number } => {
-  const at = monthStarts[seed % monthStarts.length]!
-  const date = new Date(at)
-  return { at, before: Date.UTC(date.getUTCFullYear(), date.getUTCMonth() - 1, 1) }
-}
 
 export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult> => {
   const settings = { ...defaults, ...options }
@@ -356,7 +352,15 @@ export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult
       balancedAfterHealMs,
       world: { ownPostgres, monthEndMs, timed },
       judged: monitor.judged,
-      events: events === undefined ? undefined : { messages: events.messages, byKind: events.byKind },
+      events:
+        events === undefined
+          ? undefined
+          : {
+              messages: events.messages,
+              byKind: events.byKind,
+              outboxSequence: events.outboxSequence,
+              streamSequenceMax: events.streamSequenceMax
+            },
       unserved: { boundMs, longestSingle, longestOverlapping },
       staleAnswers: stale.count,
       wallMs: Date.now() - wallStarted,
@@ -365,9 +369,11 @@ export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult
           .slice(0, 12)
           .map((user) => [
             user,
-            (load.callsByUser.get(user) ?? []).map((call) =>
-              describeCall(call, startedAt + open.worldOffsetMs)
-            )
+            evidenceOf(
+              load.callsByUser.get(user) ?? [],
+              user,
+              monitor.violations.map((violation) => violation.what)
+            ).map((call) => describeCall(call, startedAt + open.worldOffsetMs))
           ])
       ),
       ...(options.keepCalls === true

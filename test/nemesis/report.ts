@@ -43,7 +43,7 @@ export const describeRun = (run: Omit<NemesisResult, "logs">): string =>
   `(${run.counts.granted} holds granted, ${run.counts.refused} refused, ${run.counts.commits} commits, ` +
   `${run.counts.consumes} consumes, ${run.counts.acquired} slots acquired, ${run.counts.busy} busy, ` +
   `${run.counts.reads} reads); ${run.judged.replies} replies judged, ${run.judged.wrong} wrong; ` +
-  `${run.events === undefined ? "events not read" : `${run.events.messages} events ${JSON.stringify(run.events.byKind)}`}; ` +
+  `${run.events === undefined ? "events not read" : `${run.events.messages} events ${JSON.stringify(run.events.byKind)} (outbox sequence ${run.events.outboxSequence}, highest id in the stream ${run.events.streamSequenceMax})`}; ` +
   `${run.staleAnswers} stale answers in the logs; ${describeUnserved(run)}; ` +
   `${run.failedCalls} calls unresolved (${run.uncertainUsers} users uncertain); ` +
   `${run.violations.length} violations` +
@@ -84,14 +84,7 @@ export const markdown = (summary: SeriesSummary): string => {
     lines.push(...run.violations.slice(0, 30).map((violation) => `+${violation.atMs} ms ${violation.what}`))
     lines.push("```", "")
     for (const [user, calls] of Object.entries(run.histories).slice(0, 6))
-      lines.push(
-        `Calls of ${user} (ms from the faults' start, world time):`,
-        "",
-        "```",
-        ...calls.slice(0, 60),
-        "```",
-        ""
-      )
+      lines.push(`Calls of ${user} (ms from the faults' start, world time):`, "", "```", ...calls, "```", "")
     lines.push("Faults applied before the first violation:", "", "```")
     const first = run.violations[0]!.atMs
     lines.push(
@@ -109,17 +102,33 @@ export const markdown = (summary: SeriesSummary): string => {
  * failed run the decisions about the users its violations name (the evidence), not every decision.
  */
 const keptLog = (text: string, users: ReadonlyArray<string>): string =>
-  users.length === 0
+  (users.length === 0
     ? withoutDecisions(text)
     : text
         .split("\n")
         .filter((line) => !line.includes('"op":"') || users.some((user) => line.includes(`"${user}"`)))
         .join("\n")
+  )
+    .split("\n")
+    .map(withoutStack)
+    .join("\n")
+
+/** A log line without its error's stack: the message says what failed; the stacks were most of a log. */
+const withoutStack = (line: string): string => {
+  if (!line.includes('"stack"')) return line
+  try {
+    const entry = JSON.parse(line) as { err?: { stack?: string } }
+    if (entry.err?.stack !== undefined) delete entry.err.stack
+    return JSON.stringify(entry)
+  } catch {
+    return line
+  }
+}
 
 /**
  * Writes `<name>.md` and `<name>.json` into `directory`, and every run's process logs,
  * `<prefix>-seed<S>-m<member>-<incarnation>.log`: without the decision lines, but for a failed run those
- * about the users its violations name.
+ * about the users its violations name; a failed run's Postgres and nats-server logs too.
  */
 export const writeResults = async (
   directory: string,
@@ -129,7 +138,8 @@ export const writeResults = async (
   summary: SeriesSummary,
   runLogs: ReadonlyArray<{
     readonly seed: number
-    /** The users the run's violations name (none: the run passed). */
+    readonly failed: boolean
+    /** The users the run's violations name. */
     readonly users: ReadonlyArray<string>
     readonly logs: NemesisResult["logs"]
   }>
@@ -138,7 +148,10 @@ export const writeResults = async (
   const name = `${prefix}-seed${baseSeed}`
   await writeFile(join(directory, `${name}.md`), markdown(summary))
   await writeFile(join(directory, `${name}.json`), `${JSON.stringify(summary, null, 2)}\n`)
-  for (const { seed, users, logs } of runLogs)
-    for (const log of logs)
+  for (const { seed, failed, users, logs } of runLogs)
+    for (const log of logs) {
+      // The servers' logs (Postgres's, nats-server's) are evidence only where something went wrong.
+      if (!failed && !/^m\d/.test(log.name)) continue
       await writeFile(join(directory, `${prefix}-seed${seed}-${log.name}.log`), keptLog(log.text, users))
+    }
 }

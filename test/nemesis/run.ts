@@ -93,7 +93,12 @@ await buildServe()
 const startedAt = new Date().toISOString()
 const runs: Array<Omit<NemesisResult, "logs">> = []
 const callDumps: Array<{ seed: number; text: string }> = []
-const runLogs: Array<{ seed: number; users: ReadonlyArray<string>; logs: NemesisResult["logs"] }> = []
+const runLogs: Array<{
+  seed: number
+  failed: boolean
+  users: ReadonlyArray<string>
+  logs: NemesisResult["logs"]
+}> = []
 const replayOptions =
   (values.faults === undefined ? "" : ` --faults ${values.faults}`) +
   (intensity === 1 ? "" : ` --intensity ${intensity}`) +
@@ -127,7 +132,7 @@ for (let seed = baseSeed; runs.length === 0 || budgetMs - sumFaultsMs(runs) >= 1
     })
   runs.push(run)
   console.log(describeRun(run))
-  runLogs.push({ seed, users: Object.keys(run.histories), logs })
+  runLogs.push({ seed, failed: run.violations.length > 0, users: Object.keys(run.histories), logs })
   if (run.violations.length > 0) {
     console.log(
       `VIOLATIONS with seed ${seed} (replay: npm run nemesis -- --seed ${seed} --minutes ${faultsMs / 60_000}` +

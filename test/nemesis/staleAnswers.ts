@@ -8,9 +8,9 @@
  *
  * Ownership is sampled from Postgres every `samplePeriodMs` on its clock (a process logs its claim only
  * once it serves, after it may have begun to answer, so its log cannot say when it began). An answer
- * is stale when every sample within the tolerance of it (twice the clocks' bound and a margin: log
- * times are each process's clock) names another owner, the samples are close enough to leave no
- * ownership unseen between them, and the epoch moved by one at most between two of them.
+ * is stale when every sample within the tolerance of it (the clocks' bound and a margin: a log time is
+ * its process's clock) names another owner, the samples are close enough to leave no ownership unseen
+ * between them, and the epoch moved by one at most between two of them.
  *
  * A process stopped by the nemesis logs, right after it resumes, the answers of groups it decided before
  * it stopped: a group's replies, refusals and reads included, wait for its write, whose commit landed
@@ -95,7 +95,8 @@ export const staleAnswers = (
   pauses: ReadonlyArray<PauseSpan>,
   startedAt: number
 ): { readonly count: number; readonly examples: ReadonlyArray<string> } => {
-  const toleranceMs = 2 * world.clockOffsetMaxMs + 200
+  // The answer's time is its process's clock, within the bound of Postgres's while it may serve.
+  const toleranceMs = world.clockOffsetMaxMs + 200
   const examples: Array<string> = []
   let count = 0
   const relative = (time: number) => time - world.worldOffsetMs - startedAt

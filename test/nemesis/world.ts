@@ -281,6 +281,23 @@ export const followPrimary = (world: NemesisWorld): void => {
   world.adminProxy?.retarget(port)
 }
 
+/** The month starts a run's world may cross into (UTC): a year's end, a short February, a leap one. */
+const monthStarts = [
+  Date.UTC(2026, 11, 1),
+  Date.UTC(2027, 0, 1),
+  Date.UTC(2027, 2, 1),
+  Date.UTC(2027, 4, 1),
+  Date.UTC(2028, 2, 1),
+  Date.UTC(2028, 0, 1)
+]
+
+/** The month's end a seed's world crosses, and the period before it. */
+export const monthEndOf = (seed: number): { at: number; before: number } => {
+  const at = monthStarts[seed % monthStarts.length]!
+  const date = new Date(at)
+  return { at, before: Date.UTC(date.getUTCFullYear(), date.getUTCMonth() - 1, 1) }
+}
+
 /** The worlds opened and not yet closed, for endEverything. */
 const openWorlds = new Set<NemesisWorld>()
 
