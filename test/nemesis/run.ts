@@ -91,14 +91,8 @@ console.log(
 )
 await buildServe()
 const startedAt = new Date().toISOString()
-const runs: Array<Omit<NemesisResult, "logs">> = []
-const callDumps: Array<{ seed: number; text: string }> = []
-const runLogs: Array<{
-  seed: number
-  failed: boolean
-  users: ReadonlyArray<string>
-  logs: NemesisResult["logs"]
-}> = []
+const prefix = `nemesis-${startedAt.slice(0, 19).replaceAll(":", "")}`
+const runs: Array<Omit<NemesisResult, "logs" | "everyCall">> = []
 const replayOptions =
   (values.faults === undefined ? "" : ` --faults ${values.faults}`) +
   (intensity === 1 ? "" : ` --intensity ${intensity}`) +
@@ -123,16 +117,24 @@ for (let seed = baseSeed; runs.length === 0 || budgetMs - sumFaultsMs(runs) >= 1
     stopOnViolation: !values["keep-going"],
     keepCalls: values.calls
   })
-  if (everyCall !== undefined && values.out !== undefined)
-    callDumps.push({
-      seed,
-      text: Object.entries(everyCall)
-        .map(([user, calls]) => `${user}\n  ${calls.join("\n  ")}`)
-        .join("\n")
-    })
   runs.push(run)
   console.log(describeRun(run))
-  runLogs.push({ seed, failed: run.violations.length > 0, users: Object.keys(run.histories), logs })
+  // Written after each run, its logs dropped from memory: an hour of runs' debug logs would not fit,
+  // and a series stopped midway keeps what it ran.
+  if (values.out !== undefined) {
+    const users = Object.keys(run.histories)
+    const summary: SeriesSummary = { startedAt, baseSeed, kinds, runs }
+    await writeResults(values.out, prefix, baseSeed, summary, [
+      { seed, failed: run.violations.length > 0, users, logs }
+    ])
+    if (everyCall !== undefined)
+      await writeFile(
+        join(values.out, `${prefix}-seed${seed}-calls.txt`),
+        Object.entries(everyCall)
+          .map(([user, calls]) => `${user}\n  ${calls.join("\n  ")}`)
+          .join("\n")
+      )
+  }
   if (run.violations.length > 0) {
     console.log(
       `VIOLATIONS with seed ${seed} (replay: npm run nemesis -- --seed ${seed} --minutes ${faultsMs / 60_000}` +
@@ -145,14 +147,7 @@ for (let seed = baseSeed; runs.length === 0 || budgetMs - sumFaultsMs(runs) >= 1
     if (!values["keep-going"]) break
   }
 }
-const summary: SeriesSummary = { startedAt, baseSeed, kinds, runs }
-if (values.out !== undefined) {
-  const prefix = `nemesis-${startedAt.slice(0, 19).replaceAll(":", "")}`
-  await writeResults(values.out, prefix, baseSeed, summary, runLogs)
-  for (const { seed, text } of callDumps)
-    await writeFile(join(values.out, `${prefix}-seed${seed}-calls.txt`), text)
-  console.log(`results in ${values.out}/${prefix}-seed${baseSeed}.md`)
-}
+if (values.out !== undefined) console.log(`results in ${values.out}/${prefix}-seed${baseSeed}.md`)
 process.exit(runs.some((run) => run.violations.length > 0) ? 1 : 0)
 
 function sumFaultsMs(done: ReadonlyArray<{ faultsMs: number }>): number {
