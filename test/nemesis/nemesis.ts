@@ -29,8 +29,7 @@ import type { Violation } from "./monitor.js"
 import { Monitor } from "./monitor.js"
 import type { FaultEvent, FaultKind } from "./schedule.js"
 import { kindsOnOwnPostgres, makeSchedule } from "./schedule.js"
-import type { PauseSpan } from "./staleAnswers.js"
-import { staleAnswers, watchOwnership } from "./staleAnswers.js"
+import { processFaultSpans, staleAnswers, watchOwnership } from "./staleAnswers.js"
 import type { UnservedReport } from "./unserved.js"
 import { judgeUnserved, watchUnserved } from "./unserved.js"
 import type { NemesisWorld } from "./world.js"
@@ -306,10 +305,8 @@ export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult
       return undefined
     })
     for (const what of events?.violations ?? []) monitor.add(what, endMs)
-    const pauses: Array<PauseSpan> = applied
-      .filter((fault) => fault.kind === "pause" || fault.kind === "stepDownPause")
-      .map((fault) => ({ member: fault.member, resumedAt: startedAt + fault.endedMs + open.worldOffsetMs }))
-    const stale = staleAnswers(world, ownershipSamples, pauses, startedAt)
+    const { pauses, clocks } = processFaultSpans(applied, startedAt + open.worldOffsetMs)
+    const stale = staleAnswers(world, ownershipSamples, pauses, clocks, startedAt)
     for (const example of stale.examples) monitor.add(`stale answer: ${example}`, endMs)
     const exits = world.members.flatMap((member) =>
       member.incarnations.flatMap((serve, incarnation) =>

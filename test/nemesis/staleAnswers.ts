@@ -22,6 +22,7 @@
 import type pg from "pg"
 import { partitionOf } from "../../src/domain/partition.js"
 import { logEntries, sleep } from "../cluster/cluster.js"
+import type { AppliedFault } from "./nemesis.js"
 import type { NemesisWorld } from "./world.js"
 import { ownerOfServe } from "./world.js"
 
@@ -30,6 +31,39 @@ export interface PauseSpan {
   readonly member: number
   readonly resumedAt: number
 }
+
+/**
+ * A process's clock shifted by the nemesis, [from, to] in world ms: its log times are off by
+ * `offsetMs` then, and by either that or nothing for a second at each end (libfaketime reads its file
+ * at most every second).
+ */
+export interface ClockSpan {
+  readonly member: number
+  readonly from: number
+  readonly to: number
+  readonly offsetMs: number
+}
+
+/** The pauses and clock offsets the nemesis applied to processes, in world ms (`zero`: the faults' +0). */
+export const processFaultSpans = (
+  applied: ReadonlyArray<AppliedFault>,
+  zero: number
+): { pauses: Array<PauseSpan>; clocks: Array<ClockSpan> } => ({
+  pauses: applied
+    .filter((fault) => fault.kind === "pause" || fault.kind === "stepDownPause")
+    .map((fault) => ({ member: fault.member, resumedAt: zero + fault.endedMs })),
+  clocks: applied
+    .filter((fault) => fault.kind === "clock" || fault.kind === "clockBeyond")
+    .map((fault) => ({
+      member: fault.member,
+      from: zero + fault.startedMs,
+      to: zero + fault.endedMs,
+      offsetMs: fault.level
+    }))
+})
+
+/** How long libfaketime may take to read a process's new offset (FAKETIME_CACHE_DURATION). */
+const clockReadMs = 1_000
 
 const samplePeriodMs = 100
 /** Two samples further apart than this leave room for an ownership nobody saw: nothing is judged there. */
@@ -93,10 +127,25 @@ export const staleAnswers = (
   world: NemesisWorld,
   samples: ReadonlyArray<OwnershipSample>,
   pauses: ReadonlyArray<PauseSpan>,
+  clocks: ReadonlyArray<ClockSpan>,
   startedAt: number
 ): { readonly count: number; readonly examples: ReadonlyArray<string> } => {
-  // The answer's time is its process's clock, within the bound of Postgres's while it may serve.
-  const toleranceMs = world.clockOffsetMaxMs + 200
+  // An answer's time is its process's clock: within the bound of Postgres's while it may serve, and
+  // as far off as the nemesis set it (give or take libfaketime's second) while a clock fault ran.
+  const baseToleranceMs = world.clockOffsetMaxMs + 200
+  const toleranceOf = (member: number, time: number): number =>
+    Math.max(
+      baseToleranceMs,
+      ...clocks
+        .filter((clock) => clock.member === member)
+        .map((clock) => {
+          const widenMs = Math.abs(clock.offsetMs) + clockReadMs
+          return time >= clock.from - widenMs - baseToleranceMs &&
+            time <= clock.to + widenMs + baseToleranceMs
+            ? baseToleranceMs + widenMs
+            : 0
+        })
+    )
   const examples: Array<string> = []
   let count = 0
   const relative = (time: number) => time - world.worldOffsetMs - startedAt
@@ -107,6 +156,7 @@ export const staleAnswers = (
       for (const entry of logEntries(serve)) {
         const { op, user, status } = entry as { op?: unknown; user?: unknown; status?: unknown }
         if (typeof op !== "string" || typeof user !== "string" || status === "unavailable") continue
+        const toleranceMs = toleranceOf(member.index, entry.time)
         const resumed = pauses.some(
           (pause) =>
             pause.member === member.index &&
@@ -137,7 +187,7 @@ export const staleAnswers = (
             `m${member.index}#${incarnation} answered ${op} ${String(status)} for ${user} (partition ${partition}) at ` +
               `+${relative(entry.time)} ms, while Postgres gave the partition to ` +
               `${[...new Set(seen.map((row) => `${row?.owner ?? "nobody"} (epoch ${row?.epoch ?? "-"})`))].join(", ")} ` +
-              `all around it (±${toleranceMs} ms)`
+              `all around it (±${toleranceOf(member.index, entry.time)} ms)`
           )
       }
     })
