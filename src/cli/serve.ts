@@ -93,9 +93,16 @@ export const storeLayerFor = (
   target: DatabaseTarget,
   fence?: Fence,
   metrics?: MetricsRecorder,
-  outboxCounts?: OutboxCounts
+  outboxCounts?: OutboxCounts,
+  logger?: Logger
 ) =>
   postgresStoreLayer({
+    ...(logger === undefined
+      ? {}
+      : {
+          onStartWait: (attempt: number, reason: string) =>
+            logger.warn({ attempt, reason }, "postgres cannot be reached yet: trying again")
+        }),
     usageRetention: { meters: config.meters, periodsKept: settings.usagePeriodsKept },
     connectionString: target.connectionString,
     prefix: settings.prefix,
@@ -177,7 +184,8 @@ export const serveLayers = (
     target,
     ownership?.fence,
     metrics,
-    outboxCounts
+    outboxCounts,
+    logger
   )
   const coordinator = coordinatorLayerFor(config, logger, settings.partitions, ownership).pipe(
     Layer.provideMerge(store),

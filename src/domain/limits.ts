@@ -301,6 +301,14 @@ export const natsConnectAttemptTimeoutMs = 1_500
  * `serve` exits 1 with the last reason, for its supervisor to start it again.
  */
 export const natsStartWaitMs = 60_000
+
+/**
+ * At start, `serve` tries its database again every storeStartRetryMs while no server answers at the
+ * address (refused, reset, unresolvable, starting up), for up to storeStartWaitMs, logging each attempt;
+ * then it exits 1 with the reason. A server that answers with an error ends the start at once.
+ */
+export const storeStartWaitMs = 60_000
+export const storeStartRetryMs = 1_000
 /**
  * Between the starts of two attempts to reach the same server (nats.js's reconnectTimeWait, 2 s by
  * default; plus its jitter of up to 100 ms): a healed network or a restarted server is reached within
