@@ -71,7 +71,10 @@ const runScoped = async <A>(effect: Effect.Effect<A, unknown, Scope.Scope>): Pro
   const exit = await Effect.runPromiseExit(Effect.scoped(effect))
   if (Exit.isSuccess(exit)) return exit.value
   const failure = Cause.squash(exit.cause)
-  throw failure instanceof Error ? failure : new Error(String(failure))
+  // A tagged error (a store's, a setting's) carries its words in `reason`, its message empty.
+  const reason = (failure as { reason?: unknown } | undefined)?.reason
+  if (failure instanceof Error && failure.message !== "") throw failure
+  throw new Error(typeof reason === "string" ? reason : String(failure))
 }
 
 const noPositionals = (command: string, positionals: ReadonlyArray<string>): void => {

@@ -12,6 +12,7 @@ import {
   leaveOwnership,
   makeOwnershipState,
   memberLockLost,
+  memberLockRegained,
   runOwnership,
   transportChanged
 } from "../cluster/PartitionOwnership.js"
@@ -29,6 +30,7 @@ import { poolConfig, postgresStoreLayer, scopedPool } from "../store/postgres/Po
 import { ensureSettings } from "../store/postgres/settings.js"
 import { unownedLongerThan } from "../cluster/UnownedPartitions.js"
 import { Store } from "../store/Store.js"
+import type { StoreShape } from "../store/Store.js"
 import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
 import { Metrics, noMetrics } from "../ops/MetricsRecorder.js"
 import { startOperations } from "../ops/Operations.js"
@@ -42,6 +44,7 @@ import type { NatsServerShape } from "../transport/NatsServer.js"
 import { NatsServer, natsServerLayer, natsServerOptions } from "../transport/NatsServer.js"
 import { memberDeathCheckIntervalMs, natsLossGraceMs, ownershipPoolConnections } from "../domain/limits.js"
 import { holdMemberLock } from "../store/postgres/memberLock.js"
+import { servingLossGraceMs } from "../cluster/ServingAbility.js"
 import type { GaugeSources } from "../ops/PrometheusMetrics.js"
 import { watchReplication } from "./watchReplication.js"
 import type { ClockOffsetState } from "../cluster/ClockOffset.js"
@@ -90,9 +93,16 @@ export const storeLayerFor = (
   target: DatabaseTarget,
   fence?: Fence,
   metrics?: MetricsRecorder,
-  outboxCounts?: OutboxCounts
+  outboxCounts?: OutboxCounts,
+  logger?: Logger
 ) =>
   postgresStoreLayer({
+    ...(logger === undefined
+      ? {}
+      : {
+          onStartWait: (attempt: number, reason: string) =>
+            logger.warn({ attempt, reason }, "postgres cannot be reached yet: trying again")
+        }),
     usageRetention: { meters: config.meters, periodsKept: settings.usagePeriodsKept },
     connectionString: target.connectionString,
     prefix: settings.prefix,
@@ -174,7 +184,8 @@ export const serveLayers = (
     target,
     ownership?.fence,
     metrics,
-    outboxCounts
+    outboxCounts,
+    logger
   )
   const coordinator = coordinatorLayerFor(config, logger, settings.partitions, ownership).pipe(
     Layer.provideMerge(store),
@@ -195,6 +206,7 @@ const startOwnership = (
   ownership: OwnershipState,
   server: NatsServerShape,
   coordinator: CoordinatorShape,
+  store: StoreShape,
   publisher: EventPublisher | undefined,
   logger: Logger,
   metrics: { readonly setGaugeSources: (sources: Partial<GaugeSources>) => void } | undefined
@@ -215,34 +227,42 @@ const startOwnership = (
     // Set below, once the options exist; the lock is first taken before them.
     let onMemberLockLost = (_reason: string): void => {}
     ownership.memberLockHeld = false
-    const memberLock = yield* holdMemberLock(
-      target.connectionString,
-      (reason) => {
+    const memberLock = yield* holdMemberLock({
+      connectionString: target.connectionString,
+      schema: "quota",
+      onLost: (reason) => {
         logger.warn(
           { owner: ownership.owner },
           `${reason}: answering for no partition and stepping down from all until it is held again`
         )
         onMemberLockLost(reason)
       },
-      () => {
-        const regained = ownership.memberLockLosses > 0
-        ownership.memberLockHeld = true
+      onLocked: () => {
         // Held again (the server is back, or a failover reached a new primary): claim now, not at the
         // next round up to a third of a lease away. The wake is a no-op before the loop has started.
-        if (regained)
+        if (ownership.memberLockLosses > 0)
           logger.warn(
             { owner: ownership.owner },
             "the member lock is held again: claiming this process's share now"
           )
-        ownership.wake()
+        memberLockRegained(ownership)
       },
       // A member released partitions: the round that may claim them runs now, not at its next turn.
-      { channel: partitionsReleasedChannel("quota"), onNotified: () => ownership.wake() }
-    )
+      notifications: { channel: partitionsReleasedChannel("quota"), onNotified: () => ownership.wake() }
+    })
     const options: OwnershipOptions = {
       state: ownership,
       queries: makeOwnershipQueries(pool, "quota"),
       lockKey: memberLock.key,
+      lockServer: memberLock.server,
+      checkStore: store.check ?? store.ping,
+      onStoreChange: (failed) =>
+        logger.warn(
+          { owner: ownership.owner, ...(failed === undefined ? {} : { error: failed }) },
+          failed === undefined
+            ? "the store passes its checks again: claiming this process's share again"
+            : `the store has failed its checks for ${servingLossGraceMs(settings.partitionLeaseMs)} ms: answering for no partition and giving every one up until it passes`
+        ),
       deathCheckIntervalMs: memberDeathCheckIntervalMs,
       transportLossGraceMs: natsLossGraceMs,
       partitions: settings.partitions,
@@ -365,6 +385,7 @@ export const serve = (
             ownership,
             server,
             coordinator,
+            Context.get(context, Store),
             publisher,
             logger,
             operations?.metrics

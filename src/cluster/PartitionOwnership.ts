@@ -12,184 +12,24 @@
  * batch checks its epochs in the same transaction (src/store/postgres/writeEvents.ts), so a process
  * that paused past its lease fails its writes and grants nothing. See docs/SCALING.md.
  */
-import { hostname } from "node:os"
-import { randomUUID } from "node:crypto"
 import { Cause, Deferred, Effect, Exit } from "effect"
-import type { Fence } from "../store/Fence.js"
-import type { OwnershipQueries } from "../store/postgres/ownership.js"
 import { fnv1a32OfString } from "../domain/partition.js"
-import type { ClockOffsetState } from "./ClockOffset.js"
-import { clockBeyondReason, clockWithinBound, measureClockOffset } from "./ClockOffset.js"
-import type { UnownedPartitions } from "./UnownedPartitions.js"
-import { makeUnownedPartitions, recordUnowned } from "./UnownedPartitions.js"
+import { clockBeyondReason, measureClockOffset } from "./ClockOffset.js"
+import type { OwnershipOptions, OwnershipState } from "./OwnershipState.js"
+import { sentNow, servableFrom, servableShareOfLease } from "./OwnershipState.js"
+import {
+  givingUpReason,
+  servingLossGraceMs,
+  storeFailed,
+  stuckStepDowns,
+  transportAway,
+  watchStore
+} from "./ServingAbility.js"
+import { recordUnowned } from "./UnownedPartitions.js"
 
-export interface OwnershipState {
-  readonly owner: string
-  /** partition -> epoch this process holds it under. */
-  readonly epochs: Map<number, number>
-  /**
-   * partition -> until when this process may answer for it: when its last successful renewal or claim
-   * was sent, plus most of the lease. The database's lease began no earlier, so past this moment
-   * another process may own it; a process that was paused finds its time passed and answers
-   * `unavailable` instead of deciding from memory that may be stale. Read on two clocks, and both
-   * must agree: the monotonic one (performance.now()) is immune to wall-clock steps but stands still
-   * while the machine is suspended; the wall clock (Date.now()) runs on through a suspend.
-   */
-  readonly servableUntil: Map<number, ServableUntil>
-  /**
-   * Whether this process holds its member lock (src/store/postgres/memberLock.ts). Once the lock's
-   * session has ended, the others may claim every partition of this process at once, so it answers
-   * for none (servable is false), steps down from all, and claims nothing until the lock is held again.
-   */
-  memberLockHeld: boolean
-  /** Counts member-lock losses: a claim sent before a loss and answered after it is handed back. */
-  memberLockLosses: number
-  /**
-   * Since when (performance.now()) this process cannot reach its transport (NATS), or undefined while
-   * it can. Past the grace (OwnershipOptions.transportLossGraceMs) it cannot serve what it owns: a
-   * round gives every partition up (steps down, releases the leases) and heartbeats as leaving, so the
-   * others' fair shares cover them; back in touch, a round claims its share again.
-   */
-  transportDownSince: number | undefined
-  /**
-   * This process's clock against Postgres's (src/cluster/ClockOffset.ts); undefined: not checked
-   * (tests of other things). While beyond the bound it answers for no partition (servable is false at
-   * once, a wall-clock step included) and its rounds give every partition up, as a transport loss.
-   */
-  readonly clock: ClockOffsetState | undefined
-  /** Partitions a write found superseded: stepped down from at once (the round is woken). */
-  readonly superseded: Set<number>
-  /**
-   * Partitions whose step-down is still running (the transport waits for their requests in flight,
-   * then their actors are dropped), with how many step-downs of each run. Not claimed until it ends: a
-   * claim must never meet memory or queued writes from before it.
-   */
-  readonly steppingDown: Map<number, number>
-  /** Partitions no process held at this process's last rounds, and since when (see UnownedPartitions). */
-  readonly unowned: UnownedPartitions
-  readonly fence: Fence
-  /** Whether this process may decide for `partition` now. */
-  readonly servable: (partition: number) => boolean
-  /**
-   * The epoch under which this process may decide for `partition` now, or undefined when it may not
-   * (servable false). An actor records it before it loads and decides only while it is still the same
-   * (src/actors/UserActor.ts): memory loaded under an earlier claim is never used under a later one.
-   */
-  readonly servingEpoch: (partition: number) => number | undefined
-  /** Wakes the ownership loop for an immediate round (set by runOwnership). */
-  wake: () => void
-  /** Set by leaveOwnership: the loop claims nothing more and ends after the round in flight. */
-  leaving: boolean
-  /** Whether runOwnership was started (leaveOwnership then waits for it to end). */
-  loopStarted: boolean
-  /** Completed when the ownership loop has ended. */
-  readonly loopEnded: Deferred.Deferred<void>
-}
-
-/** The part of the lease a process counts on locally; the rest absorbs scheduling delays. */
-export const servableShareOfLease = 0.8
-
-/** The end of a partition's local deadline on both clocks (see OwnershipState.servableUntil). */
-export interface ServableUntil {
-  readonly monotonicMs: number
-  readonly wallMs: number
-}
-
-/** Moments a request was sent, on both clocks: a deadline counts from before the database's lease began. */
-interface SentAt {
-  readonly monotonicMs: number
-  readonly wallMs: number
-}
-
-const sentNow = (): SentAt => ({ monotonicMs: performance.now(), wallMs: Date.now() })
-
-const servableFrom = (sent: SentAt, forMs: number): ServableUntil => ({
-  monotonicMs: sent.monotonicMs + forMs,
-  wallMs: sent.wallMs + forMs
-})
-
-export const makeOwnerId = (): string => `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`
-
-export const makeOwnershipState = (
-  owner: string = makeOwnerId(),
-  clock?: ClockOffsetState
-): OwnershipState => {
-  const epochs = new Map<number, number>()
-  const servableUntil = new Map<number, ServableUntil>()
-  const superseded = new Set<number>()
-  const servable = (partition: number): boolean => {
-    if (!state.memberLockHeld || !epochs.has(partition)) return false
-    if (clock !== undefined && !clockWithinBound(clock)) {
-      // A step seen between rounds: the round gives the partitions up now, not at its next turn.
-      if (clock.beyond === undefined) state.wake()
-      return false
-    }
-    const until = servableUntil.get(partition)
-    return until !== undefined && performance.now() < until.monotonicMs && Date.now() < until.wallMs
-  }
-  const state: OwnershipState = {
-    owner,
-    epochs,
-    servableUntil,
-    superseded,
-    clock,
-    unowned: makeUnownedPartitions(),
-    steppingDown: new Map(),
-    servable,
-    servingEpoch: (partition) => (servable(partition) ? epochs.get(partition) : undefined),
-    memberLockHeld: true,
-    memberLockLosses: 0,
-    transportDownSince: undefined,
-    wake: () => {},
-    leaving: false,
-    loopStarted: false,
-    loopEnded: Deferred.makeUnsafe<void>(),
-    fence: {
-      owner,
-      epochOf: (partition) => epochs.get(partition),
-      superseded: (lost) => {
-        // Stop writing and answering them at once, and step down now rather than next round.
-        let stepped = false
-        for (const { partition, epoch } of lost) {
-          if (epochs.get(partition) !== epoch) continue
-          epochs.delete(partition)
-          servableUntil.delete(partition)
-          superseded.add(partition)
-          stepped = true
-        }
-        if (stepped) state.wake()
-      }
-    }
-  }
-  return state
-}
-
-export interface OwnershipOptions {
-  readonly state: OwnershipState
-  readonly queries: OwnershipQueries
-  readonly partitions: number
-  readonly leaseMs: number
-  readonly renewIntervalMs: number
-  /** Start taking the partitions' messages (subscribe). */
-  readonly serve: (partitions: ReadonlyArray<number>) => Effect.Effect<void, unknown>
-  /** Stop taking their messages, answer those in flight, drop their actors. */
-  readonly stop: (partitions: ReadonlyArray<number>) => Effect.Effect<void>
-  readonly log: (message: string, fields: Record<string, unknown>) => void
-  /** The key of this process's advisory lock, recorded with its heartbeat (null: none held now). */
-  readonly lockKey?: () => number | null
-  /**
-   * How long the transport may be unreachable before this process gives its partitions up (see
-   * OwnershipState.transportDownSince). Absent: never (a process without a transport to lose).
-   */
-  readonly transportLossGraceMs?: number
-  /** Told when the clock goes beyond the bound (with why) or comes back within it (undefined). */
-  readonly onClockChange?: (beyond: string | undefined) => void
-  /**
-   * How often to look for members known dead (their lock gone) that still hold leases; finding one
-   * wakes the round at once. 0 or absent: only at each round.
-   */
-  readonly deathCheckIntervalMs?: number
-}
+export type { OwnershipOptions, OwnershipState, ServableUntil } from "./OwnershipState.js"
+export { makeOwnerId, makeOwnershipState, servableShareOfLease } from "./OwnershipState.js"
+export { transportChanged } from "./ServingAbility.js"
 
 /**
  * How many partitions `owner` should hold among the live members: P/n rounded down, one more for the
@@ -234,10 +74,12 @@ const stepDown = (
 ): Effect.Effect<void> => {
   if (partitions.length === 0) return Effect.void
   const { state } = options
+  const startedAt = performance.now()
   for (const partition of partitions) {
     state.epochs.delete(partition)
     state.servableUntil.delete(partition)
     state.steppingDown.set(partition, (state.steppingDown.get(partition) ?? 0) + 1)
+    if (!state.steppingDownSince.has(partition)) state.steppingDownSince.set(partition, startedAt)
   }
   return options.stop(partitions).pipe(
     Effect.andThen(Effect.sync(() => options.log("stepped down from partitions", { partitions, reason }))),
@@ -246,44 +88,15 @@ const stepDown = (
         for (const partition of partitions) {
           const running = (state.steppingDown.get(partition) ?? 1) - 1
           if (running > 0) state.steppingDown.set(partition, running)
-          else state.steppingDown.delete(partition)
+          else {
+            state.steppingDown.delete(partition)
+            state.steppingDownSince.delete(partition)
+          }
         }
         state.wake()
       })
     )
   )
-}
-
-/** Whether the transport has been unreachable for longer than the grace. */
-const transportAway = (options: OwnershipOptions): boolean => {
-  const since = options.state.transportDownSince
-  return (
-    options.transportLossGraceMs !== undefined &&
-    since !== undefined &&
-    performance.now() - since >= options.transportLossGraceMs
-  )
-}
-
-/**
- * The transport went down (`up` false) or came back: recorded, and the loop woken when it matters (at
- * the end of the grace, if still down; at once when back, to claim again).
- */
-export const transportChanged = (options: OwnershipOptions, up: boolean): void => {
-  const { state } = options
-  if (up) {
-    if (state.transportDownSince === undefined) return
-    state.transportDownSince = undefined
-    state.wake()
-    return
-  }
-  if (state.transportDownSince !== undefined) return
-  const since = performance.now()
-  state.transportDownSince = since
-  const grace = options.transportLossGraceMs
-  if (grace === undefined) return
-  setTimeout(() => {
-    if (state.transportDownSince === since) state.wake()
-  }, grace).unref()
 }
 
 /**
@@ -302,6 +115,28 @@ const checkClock = (options: OwnershipOptions) =>
     return beyond
   })
 
+/**
+ * Heartbeats with the member lock only. Without it this process claims nothing, and its row speaks for
+ * it as it stands: a lock taken on this server and now free says it is dead (the others take its share
+ * at once); one taken on another server (a failover ended every session) leaves its heartbeat to speak
+ * for up to a lease while it takes its lock again, so that the first process to lock again does not
+ * count the others out. (It heartbeat as leaving before: after a failover the first back took every
+ * partition and handed them back one by one.)
+ */
+const heartbeat = (options: OwnershipOptions, leaving: boolean) => {
+  const { state } = options
+  if (!state.memberLockHeld) return Effect.void
+  return options.queries.heartbeat(
+    state.owner,
+    leaving,
+    options.lockKey?.() ?? null,
+    options.lockServer?.() ?? null
+  )
+}
+
+/** The stuck step-downs last logged per process: logged when they change, not every round. */
+const stuckReported = new WeakMap<OwnershipState, string>()
+
 /** One round of heartbeat, renew, hand-off and claim. */
 export const ownershipRound = (options: OwnershipOptions) =>
   Effect.gen(function* () {
@@ -316,30 +151,36 @@ export const ownershipRound = (options: OwnershipOptions) =>
     if (unownedTooLong.length > 0)
       options.log("partitions have had no owner for longer than a lease", { partitions: unownedTooLong })
 
-    // Cut off from the transport, or a clock beyond the bound: nothing it owns can be served from here
-    // (its time-based decisions could free a slot or expire a hold early), so the others take it.
+    // Cut off from the transport, a clock beyond the bound, a store that fails: nothing it owns can be
+    // served from here (a clock off could free a slot or expire a hold early), so the others take it.
     const clockBeyond = yield* checkClock(options)
-    const away = transportAway(options) ? "cut off from the transport (NATS)" : clockBeyond
+    const away = givingUpReason({
+      transportAway: transportAway(options),
+      clockBeyond,
+      storeFailed: storeFailed(state, servingLossGraceMs(leaseMs), performance.now())
+    })
     if (away !== undefined) {
-      yield* queries.heartbeat(state.owner, true, options.lockKey?.() ?? null)
-      const held = new Map(state.epochs)
-      if (held.size === 0) return
-      yield* stepDown(options, [...held.keys()], away)
-      yield* queries.release(state.owner, held)
-      options.log(`released every partition: ${away}`, {
-        partitions: [...held.keys()],
-        ...(state.transportDownSince === undefined
-          ? {}
-          : { downForMs: Math.round(performance.now() - state.transportDownSince) })
-      })
+      yield* heartbeat(options, true)
+      const held = [...state.epochs.keys()]
+      // Released before the step-down is waited for: it waits for the requests in flight, which a
+      // failed store holds. The others' claims fence whatever those still write.
+      const stopping = stepDown(options, held, away)
+      yield* queries.releaseAll(state.owner)
+      if (held.length > 0)
+        options.log(`released every partition: ${away}`, {
+          partitions: held,
+          ...(state.transportDownSince === undefined
+            ? {}
+            : { downForMs: Math.round(performance.now() - state.transportDownSince) })
+        })
+      yield* stopping
       return
     }
 
-    // Members known dead (their lock gone) lose their partitions now, not when their leases run out.
-    const dead = yield* queries.deadOwners()
-    // Without its member lock this process claims nothing: it heartbeats as leaving, so that the
-    // others' counts leave nothing for it (counted in, its share stayed free for as long as the loss).
-    yield* queries.heartbeat(state.owner, !state.memberLockHeld, options.lockKey?.() ?? null)
+    // A step-down that has run past the grace keeps this process from claiming those partitions back,
+    // and the others, at their counts, would not either: it says it cannot take its share.
+    const stuck = stuckStepDowns(state.steppingDownSince, performance.now(), servingLossGraceMs(leaseMs))
+    yield* heartbeat(options, stuck.length > 0)
     const members = yield* queries.liveMembers(leaseMs)
     const count = shareCount(state.owner, members, options.partitions)
     const byPreference = (left: number, right: number) =>
@@ -371,6 +212,17 @@ export const ownershipRound = (options: OwnershipOptions) =>
     // Leaving: a claim now would hold a lease that nobody renews or serves. Without the member lock the
     // others take this process for dead and may claim whatever it holds at any moment.
     if (state.leaving || !state.memberLockHeld) return
+    if (stuck.length > 0) {
+      // Counted out by the others from this heartbeat on; what it no longer serves is theirs to claim now.
+      yield* queries.releaseUnserved(state.owner, [...state.epochs.keys()])
+      if (stuckReported.get(state) !== stuck.join())
+        options.log("not taking a share: step-downs still running, their leases released to the others", {
+          partitions: stuck
+        })
+      stuckReported.set(state, stuck.join())
+      return
+    }
+    stuckReported.delete(state)
     // A partition not yet stepped down from is not claimed: a fresh epoch over its actors still
     // resident would meet their memory from before it. Either a write found it superseded during this
     // round (the fence woke the loop, so the round that steps down comes next) or a step-down still runs
@@ -387,18 +239,14 @@ export const ownershipRound = (options: OwnershipOptions) =>
       .sort((left, right) => byPreference(right, left))
     const claimSentAt = sentNow()
     const lossesBefore = state.memberLockLosses
-    // Its own rows among them too: a row this process owns but holds no epoch of is one it stepped down
-    // from (a member-lock loss: after a failover every process's lock goes at once) or whose claim answer
-    // it never heard. Nobody else may take such a row before its lease runs out, so waiting for that, or
-    // for its old lock key to count as dead (not before the server has been up for the grace), left the
-    // partition unserved; the claim bumps the epoch, which fences whatever it wrote under the old one.
-    const claimed = yield* queries.claim(
-      state.owner,
-      wanted,
-      leaseMs,
-      [...new Set([...dead, state.owner])],
-      short
-    )
+    // Its own rows among them too, first: a row this process owns but holds no epoch of is one it
+    // stepped down from (a member-lock loss: after a failover every process's lock goes at once) or
+    // whose claim answer it never heard. Nobody else may take such a row before its lease runs out while
+    // this process lives; the claim bumps the epoch, which fences whatever it wrote under the old one.
+    // Right after the lock is held again, only those (see OwnershipState.ownRowsOnlyNextClaim).
+    const ownRowsOnly = state.ownRowsOnlyNextClaim
+    state.ownRowsOnlyNextClaim = false
+    const claimed = yield* queries.claim(state.owner, wanted, leaseMs, short, ownRowsOnly)
     if (claimed.size > 0 && (state.memberLockLosses !== lossesBefore || !state.memberLockHeld)) {
       // The member lock was lost while the claim was in flight: the others may already take these.
       yield* queries.release(state.owner, claimed)
@@ -437,7 +285,7 @@ export const ownershipRound = (options: OwnershipOptions) =>
       options.log("claimed partitions", {
         partitions,
         members: members.length,
-        ...(dead.length === 0 ? {} : { fromDeadMembers: dead })
+        ...(ownRowsOnly ? { ownRowsOnly } : {})
       })
     }
   })
@@ -455,6 +303,17 @@ export const memberLockLost = (options: OwnershipOptions, reason: string): Effec
   state.memberLockHeld = false
   state.memberLockLosses += 1
   return stepDown(options, [...state.epochs.keys()], reason)
+}
+
+/**
+ * The member lock is held (again): claims resume with the round this wakes, which takes only this
+ * process's own rows when the lock had been lost (see OwnershipState.ownRowsOnlyNextClaim).
+ */
+export const memberLockRegained = (state: OwnershipState): void => {
+  state.memberLockHeld = true
+  state.memberLockHeldSince = performance.now()
+  if (state.memberLockLosses > 0) state.ownRowsOnlyNextClaim = true
+  state.wake()
 }
 
 /**
@@ -482,6 +341,7 @@ export const runOwnership = (options: OwnershipOptions): Effect.Effect<void> =>
     state.wake = () => Deferred.doneUnsafe(woken, Exit.void)
     const deathCheckIntervalMs = options.deathCheckIntervalMs ?? 0
     if (deathCheckIntervalMs > 0) yield* Effect.forkChild(watchForDeaths(options, deathCheckIntervalMs))
+    if (options.checkStore !== undefined) yield* Effect.forkChild(watchStore(options, options.checkStore))
     while (!state.leaving) {
       if (Deferred.isDoneUnsafe(woken)) woken = Deferred.makeUnsafe<void>()
       const round = yield* Effect.exit(ownershipRound(options))

@@ -328,12 +328,38 @@ export const natsConnectAttemptTimeoutMs = 1_500
  * `serve` exits 1 with the last reason, for its supervisor to start it again.
  */
 export const natsStartWaitMs = 60_000
+
+/**
+ * At start, `serve` tries its database again every storeStartRetryMs while no server answers at the
+ * address (refused, reset, unresolvable, starting up), for up to storeStartWaitMs, logging each attempt;
+ * then it exits 1 with the reason. A server that answers with an error ends the start at once.
+ */
+export const storeStartWaitMs = 60_000
+export const storeStartRetryMs = 1_000
 /**
  * Between the starts of two attempts to reach the same server (nats.js's reconnectTimeWait, 2 s by
  * default; plus its jitter of up to 100 ms): a healed network or a restarted server is reached within
  * about max(this, natsConnectAttemptTimeoutMs).
  */
 export const natsReconnectWaitMs = 1_000
+
+/**
+ * How often each process checks its store as a load uses it: the commits of unknown outcome settled,
+ * then a round trip on the store's pool (src/cluster/ServingAbility.ts). One statement each time, one
+ * check at a time; a check is waited for the serving-loss grace at most.
+ */
+export const storeCheckIntervalMs = 500
+
+/**
+ * How long a process bears its store failing every check, or a step-down that does not end (its
+ * requests in flight wait on something stuck), before it stops counting on itself: this share of the
+ * lease, at least servingLossGraceMsMin. Past it, a failed store makes it give every partition up (as a
+ * NATS loss does) until a check passes, and a stuck step-down makes it heartbeat as leaving and release
+ * the leases it no longer serves until the step-down ends: the others claim them, so every partition is
+ * served again within a lease and a round of a single fault.
+ */
+export const servingLossGraceShareOfLease = 1 / 3
+export const servingLossGraceMsMin = 1_000
 
 /** Connections of the pool that heartbeats and renews partition leases, apart from the store's. */
 export const ownershipPoolConnections = 2

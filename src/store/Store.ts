@@ -120,6 +120,12 @@ export interface StoreShape {
   readonly listUsage: (query: UsageListQuery) => Effect.Effect<UsageListPage, StoreUnavailable>
   /** One trivial round trip to the database (readiness): fails when it does not answer. */
   readonly ping: Effect.Effect<void, StoreUnavailable>
+  /**
+   * What a load goes through before it reads (commits of unknown outcome settled), then `ping`: fails
+   * while loads and writes would (src/cluster/ServingAbility.ts gives the partitions up past a grace).
+   * One at a time: a call while one runs joins it. Absent: `ping` says as much.
+   */
+  readonly check?: Effect.Effect<void, StoreUnavailable>
 }
 
 export class Store extends Context.Service<Store, StoreShape>()("quota-coordinator/Store") {}

@@ -20,6 +20,7 @@ import type { ServeProcess } from "../support/processes.js"
 import { startServe, stopServe } from "../support/processes.js"
 import type { Gap, Member } from "./cluster.js"
 import {
+  logEntries,
   longestGaps,
   meter,
   ownerOf,
@@ -55,6 +56,12 @@ export interface FailoverFigures {
   readonly servedAfterFaultMs: number
   /** The longest any partition went without an `ok`, from the fault on. */
   readonly longestUnserved: Gap
+  /**
+   * Partitions claimed from the fault on, summed over the processes' "claimed partitions" lines: the
+   * partition count when each was claimed once after the failover, more when claims moved them between
+   * processes (the first to return taking others' shares, then handing them off).
+   */
+  readonly claimedAfterFault: number
   /** Commands the processes answered `unavailable` during the run (their quota_commands_total). */
   readonly unavailable: number
   /** What the processes' /readyz said of Postgres while polled during the fault, with how often. */
@@ -234,6 +241,10 @@ export const runFailover = async (
       right.ms > left.ms ? right : left
     )
 
+    const claimedAfterFault = members
+      .flatMap((member) => logEntries(member.serve))
+      .filter((entry) => entry.msg === "claimed partitions" && entry.time >= times.faultAt)
+      .reduce((sum, entry) => sum + (Array.isArray(entry["partitions"]) ? entry["partitions"].length : 0), 0)
     const safety = await flowSafety(pool, load, times.faultAt, partitions)
     const live = await QuotaClient.connect({ servers, prefix, partitions, timeoutMs: 2_000 })
     const usageLive = await usageAgainstCharges(live, load).finally(() => live.close())
@@ -248,6 +259,7 @@ export const runFailover = async (
       servedAfterPromotionMs,
       servedAfterFaultMs,
       longestUnserved,
+      claimedAfterFault,
       unavailable,
       readyzSaid,
       exited,
@@ -316,6 +328,7 @@ const describeFigures = (figures: Omit<FailoverFigures, "summary">, times: Fault
   `${figures.servedAfterFaultMs} ms after the fault) ` +
   `(per partition: ${[...figures.servedAgainPerPartition].map(([p, ms]) => `${p}: ${ms}`).join(", ")}); ` +
   `longest unserved from the fault on ${figures.longestUnserved.ms} ms (partition ${figures.longestUnserved.partition}); ` +
+  `${figures.claimedAfterFault} partitions claimed from the fault on (of ${partitions}); ` +
   `${figures.unavailable} commands answered unavailable; /readyz said ${JSON.stringify(figures.readyzSaid)}; ` +
   `processes exited: ${figures.exited.length}; load: ${figures.load.granted} holds granted, ${figures.load.refused} refused, ` +
   `${figures.load.acquired} slots acquired, ${figures.load.retries} retries, ${figures.load.failures} failed calls, ` +

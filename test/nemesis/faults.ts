@@ -1,13 +1,15 @@
 /**
  * Applying one planned fault to the world and healing it after its duration. Each returns when the
- * fault is healed, with a line saying what was done (for the run's log and summary).
+ * fault is healed, with a line saying what was done (for the run's log and summary). Faults of the
+ * servers every process shares (Postgres, NATS) are in clusterFaults.ts.
  */
-import { writeFile } from "node:fs/promises"
 import { sleep } from "../cluster/cluster.js"
 import { memberLockNamespace } from "../../src/store/postgres/ownership.js"
+import type { FaultOutcome } from "./clusterFaults.js"
+import { applyClusterFault } from "./clusterFaults.js"
 import type { FaultEvent } from "./schedule.js"
 import type { NemesisMember, NemesisWorld } from "./world.js"
-import { currentServe, isRunning, restartMember } from "./world.js"
+import { currentServe, isRunning, restartMember, setClockOffset } from "./world.js"
 
 /** How often a lost member lock is looked for again while it must stay lost. */
 const lockKillIntervalMs = 50
@@ -78,13 +80,45 @@ const setDoubt = async (
   )
 }
 
-const setClock = async (member: NemesisMember, offsetMs: number) => {
-  if (member.clockFile === undefined) return
-  // libfaketime's relative form: seconds with a fraction ("+0.25", "-0.3").
-  await writeFile(member.clockFile, `${offsetMs < 0 ? "-" : "+"}${Math.abs(offsetMs) / 1_000}\n`)
+/** How long stepDownPause waits for the process to say it steps down before it pauses it anyway. */
+const stepDownSeenMsMax = 2_000
+
+/** Until `serve` logs a line containing `text` after character `from` of its output (or `timeoutMs`). */
+const waitForOutput = async (
+  serve: ReturnType<typeof currentServe>,
+  from: number,
+  text: string,
+  timeoutMs: number
+) => {
+  const until = Date.now() + timeoutMs
+  while (Date.now() < until) {
+    if (serve.output().indexOf(text, from) >= 0) return true
+    await sleep(2)
+  }
+  return false
 }
 
-export const applyFault = async (world: NemesisWorld, event: FaultEvent): Promise<string> => {
+export const applyFault = async (world: NemesisWorld, event: FaultEvent): Promise<FaultOutcome> => {
+  switch (event.kind) {
+    case "standbyStall":
+    case "promote":
+    case "postgresRestart":
+    case "natsRestart":
+      return applyClusterFault(world, event)
+    case "memberLockAll": {
+      const ended = await Promise.all(
+        world.members.map((member) => keepLockLost(world, member, event.durationMs))
+      )
+      return {
+        what: `every member-lock session ended at once (${ended.join(", ")} times) over ${event.durationMs} ms`
+      }
+    }
+    default:
+      return { what: await applyMemberFault(world, event) }
+  }
+}
+
+const applyMemberFault = async (world: NemesisWorld, event: FaultEvent): Promise<string> => {
   const member = world.members[event.member]!
   const name = `m${member.index}`
   switch (event.kind) {
@@ -163,14 +197,6 @@ export const applyFault = async (world: NemesisWorld, event: FaultEvent): Promis
         `${ended} times, ownership pool silent too, from +${lockAfterMs} ms for ${lockLostMs} ms, then regained`
       )
     }
-    case "standbyStall": {
-      const link = world.standby?.link
-      if (link === undefined) return `standby link: no standby in this world, not stalled`
-      link.silence()
-      await sleep(event.durationMs)
-      link.resume()
-      return `standby link silent for ${event.durationMs} ms: every COMMIT waited, reads answered`
-    }
     case "pause": {
       const serve = currentServe(member)
       if (!isRunning(serve)) return `${name}: not running, not paused`
@@ -188,12 +214,32 @@ export const applyFault = async (world: NemesisWorld, event: FaultEvent): Promis
       restartMember(member)
       return `${name}: killed (SIGKILL), started again after ${event.durationMs} ms`
     }
-    case "clock": {
-      await setClock(member, event.level)
+    case "clock":
+    case "clockBeyond": {
+      await setClockOffset(world, member, event.level)
       await sleep(event.durationMs)
-      await setClock(member, 0)
-      return `${name}: wall clock ${event.level > 0 ? "+" : ""}${event.level} ms for ${event.durationMs} ms`
+      await setClockOffset(world, member, 0)
+      const beyond = Math.abs(event.level) > world.clockOffsetMaxMs ? ", beyond the bound" : ""
+      return `${name}: wall clock ${event.level > 0 ? "+" : ""}${event.level} ms for ${event.durationMs} ms${beyond}`
     }
+    case "stepDownPause": {
+      // Stopped as it begins to step down (it logs that before it stops anything): its requests in
+      // flight, its subscriptions and its actors stay as they were until long after the others claimed.
+      const serve = currentServe(member)
+      if (!isRunning(serve)) return `${name}: not running, not paused`
+      const from = serve.output().length
+      const ended = await endLockSessions(world, member)
+      const seen = await waitForOutput(serve, from, "stepping down from all", stepDownSeenMsMax)
+      serve.child.kill("SIGSTOP")
+      await sleep(event.durationMs)
+      serve.child.kill("SIGCONT")
+      return (
+        `${name}: member lock ended (${ended} sessions), paused (SIGSTOP) ` +
+        `${seen ? "as it began to step down" : `${stepDownSeenMsMax} ms after (no step-down seen)`} for ${event.durationMs} ms`
+      )
+    }
+    default:
+      throw new Error(`${event.kind} is not a fault of one process`)
   }
 }
 
@@ -201,7 +247,7 @@ export const applyFault = async (world: NemesisWorld, event: FaultEvent): Promis
 export const healAll = async (world: NemesisWorld): Promise<void> => {
   await world.database.pool.query("delete from nemesis.doubts")
   for (const member of world.members) {
-    await setClock(member, 0)
+    await setClockOffset(world, member, 0)
     // Every reset was restored when its fault ended (the run waits for them all before this).
     member.nats.resume()
     member.postgres.resume()

@@ -1,32 +1,49 @@
 /**
- * One nemesis run: the world of world.ts under the flow load of test/cluster/flows.ts (hold flows and
- * slot flows through the SDK), the seed's plan of faults applied at their moments (schedule.ts,
- * faults.ts), and the flow model's safety rules checked as the replies come:
+ * One run of the nemesis: a world (world.ts), the load (load.ts), faults drawn from a seed
+ * (schedule.ts, faults.ts, clusterFaults.ts) applied at their moments and overlapping, and the checks:
  *
- * - every second: each new reply against its flow's history (FlowLoad's wrong answers), and the holds
- *   granted per user against the user's limit as the clients saw them (clientOverGrants);
- * - every five seconds: the database (checkDatabase: the invariant per user, every acknowledged grant
- *   and commit durable, no ledger key twice, usage totals equal to the ledger);
- * - at the end, every fault healed and every call resolved: all of flowSafety (Postgres against the
- *   clients, slots held at once against the plan, every acknowledged consume in the ledger, usage
- *   equal to what the clients were charged).
+ * - while the faults run, once a second (monitor.ts): every reply the model can judge yet against the
+ *   per-user model (judge.ts: statuses, expiry on the clocks' bound, used, reserved, pending holds,
+ *   slots, the period, reads and refusals included), processes that exit on their own, calls that
+ *   never resolve, writes the ledger refused as applied already; every five seconds the database;
+ * - once every fault healed, every call resolved and everything due expired: Postgres against the
+ *   clients (finalChecks.ts), the events stream against Postgres (eventChecks.ts), answers from stale
+ *   memory in every process's log (staleAnswers.ts), and unserved time per partition against its bound
+ *   (unserved.ts).
  *
- * Two more things are violations, though not of the invariant: a process that exits other than by the
- * nemesis's kill (a crash is a bug; seen within a second), and an SDK call that never resolved (every
- * call must end in an answer once the faults heal: one that failed with the SDK's retries exhausted,
- * or one still in flight past the SDK's own bound when the load stops). Such a call leaves its user
- * uncertain; what Postgres says of that user's unfinished flow is reported apart, not as a violation.
+ * A process that exits other than by the nemesis's kill, and an SDK call that never resolves (it failed
+ * with the SDK's retries exhausted, or was still in flight 80 s after the load was told to stop), are
+ * violations too, though not of the invariant.
  */
-import { partitionOf } from "../../src/domain/partition.js"
 import type { ServeProcess } from "../support/processes.js"
-import { clientOverGrants, sleep, waitForBalance, withoutDecisions } from "../cluster/cluster.js"
-import { FlowLoad, flowSafety } from "../cluster/flows.js"
-import { checkDatabase } from "../support/databaseChecks.js"
+import { sleep, waitForBalance } from "../cluster/cluster.js"
+import { slotLimit } from "../cluster/flows.js"
+import { partitionOf } from "../../src/domain/partition.js"
+import { checkEvents } from "./eventChecks.js"
+import { describeCall, evidenceOf, usersNamed } from "./history.js"
 import { applyFault, healAll } from "./faults.js"
+import { finalChecks, waitForExpiries } from "./finalChecks.js"
+import { NemesisLoad } from "./load.js"
+import type { ModelSettings } from "./model.js"
+import type { Violation } from "./monitor.js"
+import { Monitor } from "./monitor.js"
 import type { FaultEvent, FaultKind } from "./schedule.js"
-import { makeSchedule } from "./schedule.js"
+import { kindsOnOwnPostgres, makeSchedule } from "./schedule.js"
+import { processFaultSpans, staleAnswers, watchOwnership } from "./staleAnswers.js"
+import type { UnservedReport } from "./unserved.js"
+import { judgeUnserved, watchUnserved } from "./unserved.js"
 import type { NemesisWorld } from "./world.js"
-import { closeWorld, currentServe, isRunning, openWorld, ownerOfServe } from "./world.js"
+import {
+  closeWorld,
+  currentServe,
+  faketimeAvailable,
+  monthEndOf,
+  openWorld,
+  ownerOfServe,
+  worldNow
+} from "./world.js"
+
+export type { Violation } from "./monitor.js"
 
 export interface NemesisOptions {
   readonly seed: number
@@ -39,21 +56,29 @@ export interface NemesisOptions {
   readonly leaseMs?: number
   /** The processes' store query timeout: what a sleeping COMMIT must outlast. */
   readonly queryTimeoutMs?: number
+  /** The processes' QUOTA_CLOCK_OFFSET_MAX_MS (B). */
+  readonly clockOffsetMaxMs?: number
   readonly workers?: number
   readonly intensity?: number
+  /** Half the load's flows time-driven (1-3 s holds and leases); true by default. */
+  readonly timed?: boolean
+  /**
+   * Every clock (processes and Postgres) set so that a month ends in the middle of the faults; by default
+   * whenever the run has a Postgres of its own (libfaketime needed).
+   */
+  readonly monthEnd?: boolean
   /** Stop applying faults at the first violation (the run still heals and checks). */
   readonly stopOnViolation?: boolean
+  /** Every call of the load in the result (`calls`), not only the violations' users'. */
+  readonly keepCalls?: boolean
   readonly log?: (line: string) => void
-}
-
-export interface Violation {
-  /** ms from the start of the faults when it was seen; the final checks count from then too. */
-  readonly atMs: number
-  readonly what: string
 }
 
 export interface AppliedFault extends FaultEvent {
   readonly startedMs: number
+  readonly endedMs: number
+  /** For a fault that took a shared server away: when it answered again (ms from the faults' start). */
+  readonly backMs?: number
   readonly what: string
 }
 
@@ -64,28 +89,51 @@ export interface NemesisResult {
   readonly planned: number
   readonly applied: ReadonlyArray<AppliedFault>
   readonly calls: Record<string, number>
-  readonly counts: FlowLoad["counts"] & { consumes: number; commits: number }
+  readonly counts: NemesisLoad["counts"] & { consumes: number; commits: number }
   readonly failedCalls: number
   readonly uncertainUsers: number
   readonly violations: ReadonlyArray<Violation>
-  /** What Postgres holds of flows cut short by calls that never resolved (not safety). */
-  readonly unresolved: ReadonlyArray<string>
   /** Processes that ended other than by the nemesis's kill. */
   readonly exits: ReadonlyArray<string>
   readonly balancedAfterHealMs: number | undefined
+  /** The world: its own Postgres pair or the shared server; the month's end it crossed, from the faults' start. */
+  readonly world: {
+    readonly ownPostgres: boolean
+    readonly monthEndMs: number | undefined
+    readonly timed: boolean
+  }
+  /** Replies judged against the model, and how many were wrong. */
+  readonly judged: { readonly replies: number; readonly wrong: number }
+  readonly events:
+    | Pick<
+        Awaited<ReturnType<typeof checkEvents>>,
+        "messages" | "byKind" | "outboxSequence" | "streamSequenceMax"
+      >
+    | undefined
+  readonly unserved: Omit<UnservedReport, "violations"> | undefined
+  readonly staleAnswers: number
   readonly wallMs: number
+  /** The calls of the users the violations name (at most 12 users), as describeCall shows them. */
+  readonly histories: Record<string, ReadonlyArray<string>>
+  /** With keepCalls: every call of the load, by user, as describeCall shows them. */
+  readonly everyCall?: Record<string, ReadonlyArray<string>>
   /** Every process's whole log (decision lines included), for a failure's evidence. */
   readonly logs: ReadonlyArray<{ readonly name: string; readonly text: string }>
 }
 
-const defaults = { members: 3, partitions: 16, leaseMs: 6_000, queryTimeoutMs: 1_000, workers: 24 }
+const defaults = {
+  members: 3,
+  partitions: 16,
+  leaseMs: 6_000,
+  queryTimeoutMs: 1_000,
+  clockOffsetMaxMs: 500,
+  workers: 24
+}
 
 /**
  * The load's SDK retries: enough to outlast any run's faults (1 000 attempts at most 250 ms apart: at
  * least ~4 min even when every attempt fails at once), so that "never resolved" means not answered
- * once everything healed, not "a partition's owner was faulted longer than 60 attempts take" (about
- * 15 s when the answers are fast `unavailable`s: seed 302 exhausted them so, with its partitions'
- * owner losing its member lock twice and its storage stalling twice back to back).
+ * once everything healed, not "a partition's owner was faulted longer than 60 attempts take".
  */
 const loadRetry = { attemptsMax: 1_000, delayMsMax: 250 }
 
@@ -95,119 +143,8 @@ const loadRetry = { attemptsMax: 1_000, delayMsMax: 250 }
  */
 const loadStopMsMax = 80_000
 
-/** Watches the replies and the database while the faults run; collects violations once each. */
-class Monitor {
-  readonly violations: Array<Violation> = []
-  private readonly seen = new Set<string>()
-  private wrongSeen = 0
-  private lastDatabaseCheck = 0
-  /** How far each process's output was read for duplicate refusals (a whole line's end). */
-  private readonly scanned = new Map<ServeProcess, number>()
-
-  constructor(
-    private readonly world: NemesisWorld,
-    private readonly load: FlowLoad,
-    private readonly startedAt: number,
-    /** Processes ended by the nemesis's kill: every other exit is a violation. */
-    private readonly killed: ReadonlySet<ServeProcess>,
-    private readonly log: (line: string) => void
-  ) {}
-
-  /** A process that ended on its own (not killed by the nemesis): a crash, with its last words. */
-  checkExits(): void {
-    if (this.world.closing.value) return
-    for (const member of this.world.members)
-      member.incarnations.forEach((serve, incarnation) => {
-        if (isRunning(serve) || this.killed.has(serve)) return
-        const last = withoutDecisions(serve.output()).trimEnd().split("\n").at(-1) ?? ""
-        this.add(
-          `process exited on its own: m${member.index} #${incarnation} ` +
-            `(${serve.child.exitCode ?? serve.child.signalCode}); last line: ${last.slice(0, 400)}`
-        )
-      })
-  }
-
-  /**
-   * A write Postgres refused because its ledger key was applied already (`usage_ledger_applied_once`):
-   * the process decided again a change that had landed (in a commit of unknown outcome), so its memory
-   * was behind the database (issue 26, item 1). The constraint kept the ledger right this time; the
-   * state the process decided from was wrong, and whatever else it decided from it went through.
-   */
-  checkDuplicateRefusals(): void {
-    for (const member of this.world.members)
-      member.incarnations.forEach((serve, incarnation) => {
-        const output = serve.output()
-        const from = this.scanned.get(serve) ?? 0
-        const to = output.lastIndexOf("\n") + 1
-        if (to <= from) return
-        this.scanned.set(serve, to)
-        for (const line of output.slice(from, to).split("\n")) {
-          if (!line.includes("usage_ledger_applied_once")) continue
-          const entry = parseLogLine(line)
-          const atMs = (entry.time ?? Date.now()) - this.startedAt
-          this.add(
-            `memory behind the database: m${member.index} #${incarnation} wrote for ${entry.user ?? "?"} ` +
-              `a ledger key already applied (usage_ledger_applied_once) at +${atMs} ms`,
-            atMs
-          )
-        }
-      })
-  }
-
-  /** Every call that failed (the SDK's retries exhausted): it never resolved. */
-  checkFailures(): void {
-    for (const failure of this.load.failures) {
-      const partition = partitionOf(failure.user, this.world.partitions)
-      const sent = failure.sentAt === undefined ? "" : ` sent at +${failure.sentAt - this.startedAt} ms,`
-      this.add(
-        `call never resolved: ${failure.op} ${failure.user} (partition ${partition})${sent} ` +
-          `failed at +${failure.at - this.startedAt} ms: ${failure.what}`,
-        failure.at - this.startedAt
-      )
-    }
-  }
-
-  add(what: string, atMs = Date.now() - this.startedAt): void {
-    if (this.seen.has(what)) return
-    this.seen.add(what)
-    this.violations.push({ atMs, what })
-    this.log(`+${atMs} ms VIOLATION ${what}`)
-  }
-
-  async check(): Promise<void> {
-    const { load } = this
-    for (const answer of load.wrongAnswers.slice(this.wrongSeen)) {
-      const partition = partitionOf(answer.user, this.world.partitions)
-      this.add(
-        `wrong answer: ${answer.op} ${answer.user} (partition ${partition}) ${answer.what}: ${answer.status}`,
-        answer.at - this.startedAt
-      )
-    }
-    this.wrongSeen = load.wrongAnswers.length
-    this.checkExits()
-    this.checkFailures()
-    this.checkDuplicateRefusals()
-    for (const overGrant of clientOverGrants(load)) this.add(`over-grant: ${overGrant}`)
-    if (Date.now() - this.lastDatabaseCheck >= 5_000) {
-      this.lastDatabaseCheck = Date.now()
-      const report = await checkDatabase(this.world.database.pool, load.snapshot())
-      for (const violation of report.violations) this.add(`database: ${violation}`)
-    }
-  }
-}
-
-/** A process's JSON log line, or nothing of it when the line is not JSON. */
-const parseLogLine = (line: string): { time?: number; user?: string } => {
-  try {
-    return JSON.parse(line) as { time?: number; user?: string }
-  } catch {
-    return {}
-  }
-}
-
-/** Whether a violation text is about one of these users' flows (`user/id`, `user:`). */
-const aboutUsers = (what: string, users: ReadonlySet<string>): boolean =>
-  [...users].some((user) => what.includes(`${user}/`) || what.includes(`${user}:`))
+/** Roughly how long a world takes to start (a Postgres pair, three processes, the load's limits). */
+const worldStartMs = 12_000
 
 export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult> => {
   const settings = { ...defaults, ...options }
@@ -219,23 +156,47 @@ export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult
     members: settings.members,
     kinds: options.kinds,
     queryTimeoutMs: settings.queryTimeoutMs,
+    clockOffsetMaxMs: settings.clockOffsetMaxMs,
+    leaseMs: settings.leaseMs,
     // One process alone may be cut off too (else a run of one would never apply a disrupting fault).
     disruptedMax: Math.max(1, settings.members - 1),
     ...(options.intensity === undefined ? {} : { intensity: options.intensity })
   })
+  const ownPostgres = options.kinds.some((kind) => kindsOnOwnPostgres.has(kind)) || options.monthEnd === true
+  const monthEnd =
+    (options.monthEnd ?? ownPostgres) && ownPostgres && faketimeAvailable()
+      ? monthEndOf(options.seed)
+      : undefined
+  const timed = options.timed ?? true
   log(
     `nemesis seed ${options.seed}: ${schedule.length} faults (${options.kinds.join(", ")}) over ` +
-      `${options.faultsMs} ms; replay with QUOTA_NEMESIS_SEED=${options.seed}`
+      `${options.faultsMs} ms; ${timed ? "time-driven load" : "load of long holds and leases"}` +
+      `${monthEnd === undefined ? "" : `, crossing ${new Date(monthEnd.at).toISOString()}`}; ` +
+      `replay with QUOTA_NEMESIS_SEED=${options.seed}`
   )
   let world: NemesisWorld | undefined
-  let running: FlowLoad | undefined
+  let running: NemesisLoad | undefined
   try {
     world = await openWorld({
-      ...settings,
-      clock: options.clock && options.kinds.includes("clock"),
-      standby: options.kinds.includes("standbyStall")
+      members: settings.members,
+      partitions: settings.partitions,
+      leaseMs: settings.leaseMs,
+      queryTimeoutMs: settings.queryTimeoutMs,
+      clockOffsetMaxMs: settings.clockOffsetMaxMs,
+      clock: options.clock && options.kinds.some((kind) => kind === "clock" || kind === "clockBeyond"),
+      standby: ownPostgres,
+      ...(monthEnd === undefined
+        ? {}
+        : { monthEnd: { at: monthEnd.at, afterMs: worldStartMs + options.faultsMs / 2 } })
     })
-    const load = await FlowLoad.start({
+    const open = world
+    const model: ModelSettings = {
+      clockOffsetMaxMs: settings.clockOffsetMaxMs,
+      monthEndAt: monthEnd?.at,
+      periodBefore: monthEnd?.before,
+      slotLimit
+    }
+    const load = await NemesisLoad.start({
       servers: world.nats.url,
       prefix: world.prefix,
       partitions: world.partitions,
@@ -245,35 +206,51 @@ export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult
       holdUsersPerPartition: 1,
       slotUsersPerPartition: 2,
       seed: options.seed,
-      retry: loadRetry
+      retry: loadRetry,
+      timed,
+      now: () => worldNow(open)
     })
     running = load
+    const probes = await watchUnserved(world.nats.url, world.prefix, world.partitions)
+    const ownership = watchOwnership(world.database.pool)
     const startedAt = Date.now()
-    // The processes' logs carry epoch ms: this is their +0 of the fault times.
-    log(`+0 ms faults start at ${startedAt} (${new Date(startedAt).toISOString()})`)
+    const monthEndMs = monthEnd === undefined ? undefined : monthEnd.at - worldNow(world)
+    // The processes' logs carry their own clocks' ms: this is their +0 of the fault times (world time).
+    log(
+      `+0 ms faults start at ${startedAt} (${new Date(startedAt).toISOString()}; world ${new Date(worldNow(world)).toISOString()})` +
+        (monthEndMs === undefined ? "" : `; the month ends at +${monthEndMs} ms`)
+    )
     const killed = new Set<ServeProcess>()
-    const monitor = new Monitor(world, load, startedAt, killed, log)
+    const monitor = new Monitor(world, load, model, startedAt, killed, log)
     const applied: Array<AppliedFault> = []
     let stopping = false
-    const open = world
     const faultsDone = Promise.all(
       schedule.map(async (event) => {
         await sleep(event.at - (Date.now() - startedAt))
         if (stopping) return
         const startedMs = Date.now() - startedAt
         if (event.kind === "kill") killed.add(currentServe(open.members[event.member]!))
-        const what = await applyFault(open, event).catch(
-          (error: unknown) => `${event.kind} m${event.member} failed: ${String(error)}`
-        )
-        applied.push({ ...event, startedMs, what })
-        log(`+${startedMs} ms ${what}`)
+        const outcome = await applyFault(open, event).catch((error: unknown) => ({
+          what: `${event.kind} m${event.member} failed: ${String(error)}`,
+          backAt: undefined
+        }))
+        const endedMs = Date.now() - startedAt
+        applied.push({
+          ...event,
+          startedMs,
+          endedMs,
+          ...(outcome.backAt === undefined ? {} : { backMs: outcome.backAt - startedAt }),
+          what: outcome.what
+        })
+        log(`+${startedMs} ms ${outcome.what}`)
       })
     )
     let faultsOver = false
     void faultsDone.then(() => {
       faultsOver = true
     })
-    while (!faultsOver) {
+    // The whole window runs, faults or none: the load meets the month's end and the expiries in it.
+    while (!faultsOver || Date.now() - startedAt < options.faultsMs) {
       await sleep(1_000)
       await monitor.check().catch((error: unknown) => log(`online check failed: ${String(error)}`))
       if (monitor.violations.length > 0 && options.stopOnViolation === true) stopping = true
@@ -302,30 +279,42 @@ export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult
       const partition = partitionOf(call.user, world.partitions)
       monitor.add(
         `call never resolved: ${call.op} ${call.user} (partition ${partition}) sent at ` +
-          `+${call.sentAt - startedAt} ms, still in flight ${loadStopMsMax} ms after the load was told to stop`
+          `+${call.sentAt - world.worldOffsetMs - startedAt} ms, still in flight ${loadStopMsMax} ms after the load was told to stop`
       )
     }
+    const loadStoppedMs = Date.now() - startedAt
+    const oks = await probes.stop()
+    const ownershipSamples = await ownership.stop()
     await monitor.check()
-    const safety = await flowSafety(world.database.pool, load, startedAt, world.partitions)
+    monitor.judgeReplies(true)
+    const unserved = judgeUnserved(
+      oks,
+      startedAt,
+      { fromMs: 0, toMs: loadStoppedMs },
+      applied.map((fault) => ({ ...fault })),
+      settings.leaseMs
+    )
+    for (const what of unserved.violations) monitor.add(`unserved: ${what}`, loadStoppedMs)
+    await waitForExpiries(world)
     const endMs = Date.now() - startedAt
-    const unresolved: Array<string> = []
-    for (const answer of safety.slots.wrong)
-      monitor.add(`wrong answer: ${answer.op} ${answer.user} ${answer.what}: ${answer.status}`, endMs)
-    const finalViolations = [
-      ...safety.overGrants.map((what) => `over-grant: ${what}`),
-      ...safety.database.violations.map((what) => `database: ${what}`),
-      ...safety.mismatches.map((what) => `Postgres vs clients: ${what}`),
-      ...safety.slots.violations.map((what) => `slots and charges: ${what}`)
-    ]
-    for (const what of finalViolations) {
-      if (what.startsWith("database:") || !aboutUsers(what, load.uncertain)) monitor.add(what, endMs)
-      else unresolved.push(what)
-    }
+    const final = await finalChecks(world.database.pool, load, model, worldNow(world))
+    for (const what of [...final.violations, ...final.wrong.map((what) => `wrong answer: ${what}`)])
+      monitor.add(what, endMs)
+    const events = await checkEvents(world, load).catch((error: unknown) => {
+      monitor.add(`events: the stream could not be read: ${String(error)}`, endMs)
+      return undefined
+    })
+    for (const what of events?.violations ?? []) monitor.add(what, endMs)
+    const { pauses, clocks } = processFaultSpans(applied, startedAt + open.worldOffsetMs)
+    const stale = staleAnswers(world, ownershipSamples, pauses, clocks, startedAt)
+    for (const example of stale.examples) monitor.add(`stale answer: ${example}`, endMs)
     const exits = world.members.flatMap((member) =>
       member.incarnations.flatMap((serve, incarnation) =>
-        isRunning(serve) || killed.has(serve)
+        serve.child.exitCode === null && serve.child.signalCode === null
           ? []
-          : [`m${member.index} #${incarnation}: exited (${serve.child.exitCode ?? serve.child.signalCode})`]
+          : killed.has(serve)
+            ? []
+            : [`m${member.index} #${incarnation}: exited (${serve.child.exitCode ?? serve.child.signalCode})`]
       )
     )
     const logs = [
@@ -335,23 +324,65 @@ export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult
           text: serve.output()
         }))
       ),
-      ...(world.standby?.serverLogs() ?? [])
+      ...(world.standby?.serverLogs() ?? []),
+      ...world.nats.outputs()
     ]
+    const { longestSingle, longestOverlapping, boundMs } = unserved
     return {
       seed: options.seed,
       kinds: options.kinds,
       faultsMs: options.faultsMs,
       planned: schedule.length,
       applied: applied.sort((left, right) => left.startedMs - right.startedMs),
-      calls: Object.fromEntries([...load.sent].map(([op, times]) => [op, times.length])),
-      counts: { ...load.counts, consumes: load.consumes.size, commits: load.acknowledged.commits.size },
+      calls: load.sentCounts(),
+      counts: {
+        ...load.counts,
+        consumes: load.calls.filter(
+          (call) => call.op === "consume" && ["consumed", "exists"].includes(call.reply?.status ?? "")
+        ).length,
+        commits: load.acknowledged.commits.size
+      },
       failedCalls: load.failures.length,
       uncertainUsers: load.uncertain.size,
       violations: monitor.violations,
-      unresolved,
       exits,
       balancedAfterHealMs,
+      world: { ownPostgres, monthEndMs, timed },
+      judged: monitor.judged,
+      events:
+        events === undefined
+          ? undefined
+          : {
+              messages: events.messages,
+              byKind: events.byKind,
+              outboxSequence: events.outboxSequence,
+              streamSequenceMax: events.streamSequenceMax
+            },
+      unserved: { boundMs, longestSingle, longestOverlapping },
+      staleAnswers: stale.count,
       wallMs: Date.now() - wallStarted,
+      histories: Object.fromEntries(
+        usersNamed(monitor.violations.map((violation) => violation.what).join("\n"), "nem")
+          .slice(0, 12)
+          .map((user) => [
+            user,
+            evidenceOf(
+              load.callsByUser.get(user) ?? [],
+              user,
+              monitor.violations.map((violation) => violation.what)
+            ).map((call) => describeCall(call, startedAt + open.worldOffsetMs))
+          ])
+      ),
+      ...(options.keepCalls === true
+        ? {
+            everyCall: Object.fromEntries(
+              [...load.callsByUser].map(([user, calls]) => [
+                user,
+                calls.map((call) => describeCall(call, startedAt + open.worldOffsetMs))
+              ])
+            )
+          }
+        : {}),
       logs
     }
   } finally {

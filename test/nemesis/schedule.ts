@@ -24,7 +24,15 @@ export const faultKinds = [
   // Last: each kind draws from a stream of its own by its index, so the earlier kinds' plans stay.
   "postgresSilent",
   "standbyStall",
-  "storeSilent"
+  "storeSilent",
+  // The second round (issue 34): Postgres failed over and restarted, the NATS server restarted, every
+  // lock lost at once, clocks up to and beyond the bound, a pause in a step-down.
+  "promote",
+  "postgresRestart",
+  "natsRestart",
+  "memberLockAll",
+  "clockBeyond",
+  "stepDownPause"
 ] as const
 
 export type FaultKind = (typeof faultKinds)[number]
@@ -55,6 +63,18 @@ export interface FaultEvent {
    * ownership pool is silent too (so no heartbeat says the process lives: the others take over), else 0.
    */
   readonly lockLostMs: number
+  /**
+   * promote: how long the standby's link is silent before the primary is lost (0: no stall), so that
+   * commits the standby never got were made visible on the primary (issue 34 item 1); else 0.
+   */
+  readonly stallMs: number
+  /** promote: no primary for this long before the promotion; postgresRestart, natsRestart: down; else 0. */
+  readonly downMs: number
+  /**
+   * promote: "in place" (pg_ctl promote) or "by restart"; postgresRestart: "crash" (the process group
+   * killed) or "fast" (a fast shutdown); natsRestart: "kill" or "term"; else "".
+   */
+  readonly variant: string
 }
 
 interface KindPlan {
@@ -68,10 +88,14 @@ interface KindPlan {
 }
 
 /**
- * Offsets stay below this: item 4's bound (QUOTA_CLOCK_OFFSET_MAX_MS, 500 ms by default) stops a
- * process further off, and the nemesis checks what must hold within the bound.
+ * `clock` offsets stay below this: item 4's bound (QUOTA_CLOCK_OFFSET_MAX_MS, 500 ms by default) stops
+ * a process further off, and the nemesis checks what must hold within the bound. `clockBeyond` goes up
+ * to and past the bound.
  */
 export const clockOffsetMaxMs = 390
+
+/** clockBeyond's offsets, as shares of the processes' bound: from just within it to three times it. */
+const clockBeyondShares = [0.8, 3] as const
 
 export const kindPlans: Readonly<Record<FaultKind, KindPlan>> = {
   // Commits sleep in COMMIT past the query timeout: their outcome is unknown to the process.
@@ -95,11 +119,34 @@ export const kindPlans: Readonly<Record<FaultKind, KindPlan>> = {
   // for a while inside it the member lock is ended and the ownership pool silent too (the others see
   // the process dead and take over), then both pass again: the others hand partitions back while the
   // step-down still waits.
-  storeSilent: { meanGapMs: 20_000, durationMs: [8_000, 20_000], resource: "postgres", disrupts: true }
+  storeSilent: { meanGapMs: 20_000, durationMs: [8_000, 20_000], resource: "postgres", disrupts: true },
+  // The primary lost and the synchronous standby promoted, every process's address moved to it, a new
+  // standby made: durationMs is the link's silence before the loss when there is one (stallMs). The
+  // pair is the cluster's: one failover, restart or stall at a time (the resource is shared).
+  promote: { meanGapMs: 30_000, durationMs: [5_000, 15_000], resource: "standby", disrupts: false },
+  // The primary stopped and started again (durationMs unused: downMs says how long it is away).
+  postgresRestart: { meanGapMs: 30_000, durationMs: [500, 3_000], resource: "standby", disrupts: false },
+  // The NATS server stopped and started again on the same port and store (downMs).
+  natsRestart: { meanGapMs: 30_000, durationMs: [500, 3_000], resource: "natsServer", disrupts: false },
+  // Every process's member-lock session ended at once (and again each time it is taken): what a
+  // Postgres restart or a Patroni failover does to the locks, without the rest (issue 34 item 3).
+  memberLockAll: { meanGapMs: 25_000, durationMs: [0, 1_500], resource: "lockAll", disrupts: false },
+  // An offset near and beyond the bound: a process further off must answer for nothing.
+  clockBeyond: { meanGapMs: 15_000, durationMs: [2_000, 10_000], resource: "clock", disrupts: true },
+  // The member lock ended, and the process stopped (SIGSTOP) as it begins to step down, for longer than
+  // a lease: the others take its partitions meanwhile (durationMs here in thousandths of a lease).
+  stepDownPause: { meanGapMs: 25_000, durationMs: [1_200, 2_000], resource: "process", disrupts: true }
 }
 
 /** Resources of the cluster, not of one process: two faults on them never overlap, whatever member. */
-const sharedResources: ReadonlySet<string> = new Set(["standby"])
+const sharedResources: ReadonlySet<string> = new Set(["standby", "natsServer", "lockAll"])
+
+/** The kinds that need a Postgres primary and standby of the nemesis's own. */
+export const kindsOnOwnPostgres: ReadonlySet<FaultKind> = new Set([
+  "standbyStall",
+  "promote",
+  "postgresRestart"
+])
 
 export interface ScheduleOptions {
   readonly seed: number
@@ -112,6 +159,10 @@ export interface ScheduleOptions {
   readonly disruptedMax: number
   /** Divides every mean gap: 2 means faults twice as often. */
   readonly intensity?: number
+  /** The processes' QUOTA_CLOCK_OFFSET_MAX_MS (clockBeyond's offsets are shares of it); 500 by default. */
+  readonly clockOffsetMaxMs?: number
+  /** The processes' partition lease (stepDownPause's pause is 1.2-2 of it); 6 000 by default. */
+  readonly leaseMs?: number
 }
 
 export const makeSchedule = (options: ScheduleOptions): Array<FaultEvent> => {
@@ -123,18 +174,24 @@ export const makeSchedule = (options: ScheduleOptions): Array<FaultEvent> => {
     const plan = kindPlans[kind]
     const meanGapMs = plan.meanGapMs / (options.intensity ?? 1)
     const [shortest, longest] = plan.durationMs
+    // stepDownPause's durations are in leases.
+    const unitMs = kind === "stepDownPause" ? (options.leaseMs ?? 6_000) / 1_000 : 1
     for (let at = -Math.log(1 - random()) * meanGapMs; at < options.faultsMs;) {
       const durationMs = Math.round(
-        Math.min(shortest + random() * (longest - shortest), Math.max(0, options.faultsMs - at))
+        Math.min((shortest + random() * (longest - shortest)) * unitMs, Math.max(0, options.faultsMs - at))
       )
       const member = Math.floor(random() * options.members)
       const sign = random() < 0.5 ? -1 : 1
+      const boundMs = options.clockOffsetMaxMs ?? 500
+      const [nearest, furthest] = clockBeyondShares
       const level =
         kind === "doubt"
           ? 0.2 + 0.8 * random()
           : kind === "clock"
             ? sign * Math.round(50 + random() * (clockOffsetMaxMs - 50))
-            : 0
+            : kind === "clockBeyond"
+              ? sign * Math.round(boundMs * (nearest + random() * (furthest - nearest)))
+              : 0
       // Biased to just past the timeout: such a commit lands soon after the process gave up on it,
       // before a later load would have ended it.
       const sleepMs = kind === "doubt" ? Math.round(options.queryTimeoutMs + 20 + random() ** 2 * 2_500) : 0
@@ -143,10 +200,31 @@ export const makeSchedule = (options: ScheduleOptions): Array<FaultEvent> => {
       const newConnectionsPass = kind === "postgresSilent" && random() < 0.5
       const lockAfterMs = kind === "storeSilent" ? Math.round(200 + random() * 1_800) : 0
       const lockLostMs = kind === "storeSilent" ? Math.round(1_000 + random() * 1_500) : 0
+      const stallMs = kind === "promote" && random() < 0.6 ? durationMs : 0
+      const downMs =
+        kind === "promote"
+          ? Math.round(300 + random() * 1_700)
+          : kind === "postgresRestart" || kind === "natsRestart"
+            ? durationMs
+            : 0
+      const variant =
+        kind === "promote"
+          ? random() < 0.75
+            ? "in place"
+            : "by restart"
+          : kind === "postgresRestart"
+            ? random() < 0.5
+              ? "crash"
+              : "fast"
+            : kind === "natsRestart"
+              ? random() < 0.5
+                ? "kill"
+                : "term"
+              : ""
       candidates.push({
         at: Math.round(at),
         ...{ kind, member, durationMs, level, sleepMs, stall, lockEnded, newConnectionsPass },
-        ...{ lockAfterMs, lockLostMs }
+        ...{ lockAfterMs, lockLostMs, stallMs, downMs, variant }
       })
       at += -Math.log(1 - random()) * meanGapMs
     }

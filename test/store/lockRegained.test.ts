@@ -20,6 +20,7 @@ import { makeOwnershipQueries } from "../../src/store/postgres/ownership.js"
 import { postgresStoreLayer } from "../../src/store/postgres/PostgresStore.js"
 import { commitCommand, reserveCommand } from "../support/commands.js"
 import { acquireScoped, createTestSchema } from "../support/database.js"
+import { randomMemberLockKey, takeMemberLock } from "../support/ownershipMembers.js"
 
 const database = createTestSchema("lock_regained")
 const admin = database.pool({ max: 4 })
@@ -86,12 +87,15 @@ describe("a member lock lost and held again while the step-down still runs", () 
     const gate = new Promise<void>((resolve) => {
       openGate = resolve
     })
+    const key = randomMemberLockKey()
+    let lock = await takeMemberLock(database.connectionString, key)
     const options: OwnershipOptions = {
       state: first.state,
       queries,
       partitions,
       leaseMs,
       renewIntervalMs: 1_000,
+      lockKey: () => (first.state.memberLockHeld ? key : null),
       serve: () => Effect.void,
       // As serve's stopPartitions waiting for the requests in flight (up to 30 s), then the actors.
       stop: (stopped) =>
@@ -107,12 +111,11 @@ describe("a member lock lost and held again while the step-down still runs", () 
     expect(await submit(first, commit("before"))).toMatchObject({ status: "committed", used: 10 })
 
     // The lock's session ends; the step-down waits at the gate with the actor (used 10) resident.
+    await lock.end()
     const stepDown = Effect.runFork(memberLockLost(options, "the member lock's connection ended"))
 
     // The others take the first owner for dead: one claims the partition, charges 4 000, hands it back.
-    const claimed = await Effect.runPromise(
-      queries.claim("other-owner", [partition], leaseMs, ["first-owner"])
-    )
+    const claimed = await Effect.runPromise(queries.claim("other-owner", [partition], leaseMs))
     expect([...claimed.keys()]).toEqual([partition])
     other.state.epochs.set(partition, claimed.get(partition)!)
     other.state.servableUntil.set(partition, {
@@ -126,6 +129,7 @@ describe("a member lock lost and held again while the step-down still runs", () 
     await Effect.runPromise(other.coordinator.dropPartitions([partition]))
 
     // The lock is held again, the step-down still at the gate: a round runs.
+    lock = await takeMemberLock(database.connectionString, key)
     first.state.memberLockHeld = true
     await Effect.runPromise(ownershipRound(options))
     const whileSteppingDown = await submit(first, reserve("after", 4_000))
@@ -151,5 +155,6 @@ describe("a member lock lost and held again while the step-down still runs", () 
       [user]
     )
     expect(stored.rows[0]).toEqual({ used: "4010", reserved: "0" })
+    await lock.end()
   }, 30_000)
 })

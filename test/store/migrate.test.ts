@@ -54,7 +54,9 @@ describe("migrate", () => {
     const schema = database.freshSchema("concurrent")
     const pools = [database.pool({ max: 2 }), database.pool({ max: 2 }), database.pool({ max: 2 })]
     const reports = await Promise.all(pools.map((pool) => Effect.runPromise(migrate(pool, schema))))
-    expect(reports.flatMap((report) => report.applied).sort((a, b) => a - b)).toEqual(knownVersions)
+    expect(reports.flatMap((report) => report.applied).sort((left, right) => left - right)).toEqual(
+      knownVersions
+    )
     expect(reports.map((report) => report.version)).toEqual([latestVersion, latestVersion, latestVersion])
     const rows = await pools[0]!.query(`select version from "${schema}".schema_migrations order by version`)
     expect(rows.rows).toEqual(knownVersions.map((version) => ({ version })))

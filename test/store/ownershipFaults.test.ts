@@ -99,8 +99,8 @@ describe("ownership when the member lock is lost", () => {
     const holder: { options?: OwnershipOptions } = {}
     const queries: OwnershipQueries = {
       ...real,
-      claim: (owner, wanted, ms, dead) =>
-        Effect.tap(real.claim(owner, wanted, ms, dead), () =>
+      claim: (owner, wanted, ms, limit, ownRowsOnly) =>
+        Effect.tap(real.claim(owner, wanted, ms, limit, ownRowsOnly), () =>
           // The lock's connection ends while the claim's answer is on its way back.
           Effect.andThen(
             Effect.sync(() => memberLockLost(holder.options!, "lost during the claim")),

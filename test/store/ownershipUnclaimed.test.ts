@@ -13,6 +13,7 @@ import { migrate } from "../../src/store/postgres/migrate.js"
 import { makeOwnershipQueries } from "../../src/store/postgres/ownership.js"
 import { unownedLongerThan } from "../../src/cluster/UnownedPartitions.js"
 import { createTestSchema } from "../support/database.js"
+import { randomMemberLockKey, takeMemberLock } from "../support/ownershipMembers.js"
 
 const database = createTestSchema("ownership_unclaimed")
 const pool = database.pool({ max: 8 })
@@ -43,7 +44,7 @@ const freePartitions = async (): Promise<Array<number>> =>
   ).rows.map((row) => row.partition)
 
 const claim = (owner: string, wanted: ReadonlyArray<number>, limit: number) =>
-  Effect.runPromise(queries.claim(owner, wanted, leaseMs, [], limit)).then((claimed) =>
+  Effect.runPromise(queries.claim(owner, wanted, leaseMs, limit)).then((claimed) =>
     [...claimed.keys()].sort((left, right) => left - right)
   )
 
@@ -114,17 +115,23 @@ describe("a free partition", () => {
 
   it("is claimed by the others while a member claims nothing (its member lock lost): it does not count", async () => {
     await freshDatabase()
-    const members = ["a", "b", "c"].map((name) => member(`lockless-${name}`))
-    const [a, b, c] = members as [OwnershipOptions, OwnershipOptions, OwnershipOptions]
+    const lock = await takeMemberLock(database.connectionString, randomMemberLockKey())
+    const [a, b, lockless] = ["a", "b", "c"].map((name) => member(`lockless-${name}`)) as [
+      OwnershipOptions,
+      OwnershipOptions,
+      OwnershipOptions
+    ]
+    const c: OwnershipOptions = {
+      ...lockless,
+      lockKey: () => (lockless.state.memberLockHeld ? lock.key : null)
+    }
     for (let round = 0; round < 3; round += 1)
-      for (const each of members) await Effect.runPromise(ownershipRound(each))
+      for (const each of [a, b, c]) await Effect.runPromise(ownershipRound(each))
     expect(await freePartitions()).toEqual([])
+    await lock.end()
     await Effect.runPromise(memberLockLost(c, "test: the member lock's session ended"))
-    // Its leases run out (it renews none now); its heartbeat goes on: it is alive, and claims nothing.
-    await pool.query(
-      `update "${database.schema}".partition_owners set lease_expires_at = 0 where owner = $1`,
-      [c.state.owner]
-    )
+    // Its lock, taken on this server, is held by no session: it is dead to the others, whatever its
+    // leases say, and claims nothing itself.
     for (let round = 0; round < 3; round += 1)
       for (const each of [c, a, b]) await Effect.runPromise(ownershipRound(each))
     const held = [a, b, c].map((each) => heldBy(each.state).length)

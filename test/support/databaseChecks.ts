@@ -1,6 +1,7 @@
 /**
- * What Postgres itself must satisfy after a crash or failover: the invariant per user and meter, every
- * acknowledged grant and charge present, no idempotency key applied twice, totals equal to the ledger.
+ * What Postgres itself must satisfy after a crash or failover: the invariant per user and meter (in the
+ * current month, for the default configuration's month and `none` meters), every acknowledged grant and
+ * charge present, no idempotency key applied twice, totals equal to the ledger.
  */
 import type pg from "pg"
 import { checkpointAll } from "../../src/store/postgres/partitionLog.js"
@@ -37,8 +38,15 @@ export const checkDatabase = async (
     reserved: string
     limit_value: string
   }>(`
-    with latest as (
-      select distinct on (user_id, meter) user_id, meter, used from quota.usage_totals
+    with current_period as (
+      -- The newest month a serving clock can be in (clocks within the bound, 2 s covers it): a user
+      -- with no row of it has used nothing in it, whatever its last period's row holds (its pending
+      -- holds carry over a month's end, its usage does not).
+      select (extract(epoch from date_trunc('month', (clock_timestamp() + interval '2 seconds') at time zone 'UTC'))
+              * 1000)::bigint as month_start
+    ), latest as (
+      select distinct on (user_id, meter) user_id, meter, used from quota.usage_totals, current_period
+      where period_start = -1 or period_start >= current_period.month_start
       order by user_id, meter, period_start desc
     ), reserved as (
       select user_id, meter, sum(greatest(amount - consumed, 0)) as reserved from quota.holds

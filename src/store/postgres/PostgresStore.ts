@@ -3,7 +3,7 @@
  * through GroupCommit writers, so concurrent actors share transactions. Every `pg` failure becomes
  * `StoreUnavailable` here, at the edge.
  */
-import { Clock, Context, Effect, Exit, Layer } from "effect"
+import { Cause, Clock, Context, Effect, Exit, Layer, Option } from "effect"
 import type { Scope } from "effect"
 import pg from "pg"
 import type { StoreEvent, StoredUser } from "../../domain/events.js"
@@ -17,7 +17,9 @@ import {
   storeLoadsInFlightMax,
   storeUsersPerLoadMax,
   storeWritersMax,
-  storeQueryTimeoutMs
+  storeQueryTimeoutMs,
+  storeStartRetryMs,
+  storeStartWaitMs
 } from "../../domain/limits.js"
 import type { Fence } from "../Fence.js"
 import { CommitNotReplicated, PartitionsFenced, WriteOutcomeUnknown } from "../Fence.js"
@@ -34,7 +36,7 @@ import { makeGroupCommit } from "../GroupCommit.js"
 import type { StoreShape, WriteTarget } from "../Store.js"
 import { Store, StoreUnavailable } from "../Store.js"
 import type { InvalidSchemaName, SchemaTooNew, MigrationFilesInvalid, SettingsMismatch } from "./errors.js"
-import { checkSchemaName, storeUnavailable } from "./errors.js"
+import { checkSchemaName, connectionFailedIn, storeUnavailable } from "./errors.js"
 import type { LoadUserRow, RecallRow } from "./loadUser.js"
 import { loadUsersSql, recallSql, recalledFromRow, storedUserFromRow } from "./loadUser.js"
 import { fromStoredText, toStoredText } from "./storedText.js"
@@ -376,6 +378,16 @@ export const makePostgresStore = (
       return Effect.tap(submit(events, target), () => Effect.sync(() => outboxCounts.recorded(recording)))
     }
 
+    // One check at a time: a stuck pool would otherwise gather one waiting check per interval.
+    let checking: Promise<void> | undefined
+    const checkOnce = (): Promise<void> =>
+      (checking ??= (async () => {
+        if (doubts.pending()) await doubts.settle()
+        await pingWritable(pool)
+      })().finally(() => {
+        checking = undefined
+      }))
+
     const usageHistory = makeUsageHistory(pool, schema, doubts.readSettled)
     const store: PostgresStore = {
       pastUsage: usageHistory.pastUsage,
@@ -455,6 +467,10 @@ export const makePostgresStore = (
         try: () => pingWritable(pool),
         catch: storeUnavailable("ping")
       }),
+      check: Effect.tryPromise({
+        try: checkOnce,
+        catch: storeUnavailable("check the store as a load uses it")
+      }),
       reconcile: () =>
         Effect.tryPromise({
           try: async () => {
@@ -531,7 +547,12 @@ export interface PostgresStoreLayerOptions {
   readonly metrics?: MetricsRecorder
   readonly outboxCounts?: OutboxCounts
   readonly recordEvents?: boolean
+  /** Told of each attempt at start that found no server answering (the start waits, storeStartWaitMs). */
+  readonly onStartWait?: (attempt: number, reason: string) => void
 }
+
+/** What a store error says: its reason when it has one (a tagged error's message is empty). */
+const describe = (error: Error): string => (error as { reason?: unknown }).reason?.toString() ?? error.message
 
 export type PostgresStoreLayerError =
   StoreUnavailable | InvalidSchemaName | SchemaTooNew | MigrationFilesInvalid | SettingsMismatch
@@ -601,7 +622,22 @@ export const postgresStoreLayer = (
           ...(options.queryTimeoutMs === undefined ? {} : { queryTimeoutMs: options.queryTimeoutMs })
         })
       )
-      yield* migrate(pool, schema)
+      // A process started while its database cannot be reached (restarted during an outage, or before
+      // Postgres) waits for it, as it waits for NATS, instead of exiting: no server answers is not a
+      // refusal. Anything else (a refusal, a schema too new) ends the start at once.
+      const waitUntil = performance.now() + storeStartWaitMs
+      for (let attempt = 1; ; attempt += 1) {
+        const migrated = yield* Effect.exit(migrate(pool, schema))
+        if (Exit.isSuccess(migrated)) break
+        const error = Cause.findErrorOption(migrated.cause)
+        const unreachable = Option.isSome(error) && connectionFailedIn(error.value)
+        if (!unreachable || performance.now() >= waitUntil) return yield* Effect.failCause(migrated.cause)
+        options.onStartWait?.(
+          attempt,
+          error.value instanceof Error ? describe(error.value) : String(error.value)
+        )
+        yield* Effect.sleep(storeStartRetryMs)
+      }
       const stored = yield* ensureSettings(pool, schema, {
         prefix: options.prefix,
         partitions: options.partitions

@@ -17,76 +17,93 @@ const databaseNowMs = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
 export const memberLockNamespace = 0x51_43_4f_52 // "QCOR"
 
 /**
- * Members whose process is known dead: their advisory lock is held by no session. Trusted only once the
- * server has been up for $1 ms: a restart of Postgres ends every session, and live members need a moment
- * to take their locks again.
+ * Whether `member` (a column) is known dead: its member lock, taken on this server, is held by no
+ * session (migration 0010's `member_lock_lost`, which reads the members row and pg_locks as they are
+ * when it runs: within a claim, when the claim reaches the row, not when the claimer's round began).
  */
-const deadMemberCondition = (member: string) => `
-  ${member}.lock_key is not null
-  and extract(epoch from (clock_timestamp() - pg_postmaster_start_time())) * 1000 > $1
-  and not exists (
-    select 1 from pg_locks as lock
-    where lock.locktype = 'advisory' and lock.granted and lock.objsubid = 2
-      and lock.database = (select oid from pg_database where datname = current_database())
-      and lock.classid = ${memberLockNamespace}::oid and lock.objid = ${member}.lock_key::oid
-  )`
+const memberLockLost = (schema: string, member: string) =>
+  `"${schema}".member_lock_lost(${member}, ${memberLockNamespace})`
+
+/**
+ * Whether a claim by $2 may take `row`: its own row (stepped down from after a member-lock loss, or
+ * claimed without hearing the answer), or, unless $5 (own rows only), a row whose lease ran out or was
+ * released, or one whose owner is known dead now. In that order: the death, a function call and a look
+ * at pg_locks, is judged only for rows another member still holds a lease of.
+ */
+const claimable = (schema: string, row: string) => `
+  case
+    when ${row}.owner = $2 then true
+    when $5::boolean then false
+    when ${row}.lease_expires_at < ${databaseNowMs} then true
+    else ${memberLockLost(schema, `${row}.owner`)}
+  end`
 
 export const ownershipStatements = (schema: string) => ({
+  // $3 the member lock's key, $4 the server it was taken on (null: this one, as the heartbeat's).
   heartbeat: `
-    insert into "${schema}".members (owner, heartbeat_at, leaving, lock_key)
-    values ($1, ${databaseNowMs}, $2, $3)
+    insert into "${schema}".members (owner, heartbeat_at, leaving, lock_key, lock_server)
+    values (
+      $1, ${databaseNowMs}, $2, $3::integer,
+      case when $3::integer is null then null else coalesce($4::text, "${schema}".member_lock_server()) end
+    )
     on conflict (owner) do update
-      set heartbeat_at = excluded.heartbeat_at, leaving = excluded.leaving, lock_key = excluded.lock_key`,
-  // $1 the grace after a Postgres start, $2 the lease.
+      set heartbeat_at = excluded.heartbeat_at, leaving = excluded.leaving, lock_key = excluded.lock_key,
+        lock_server = excluded.lock_server`,
+  // $1 the lease.
   liveMembers: `
     select member.owner from "${schema}".members as member
-    where not member.leaving and member.heartbeat_at > ${databaseNowMs} - $2
-      and not (${deadMemberCondition("member")})
+    where not member.leaving and member.heartbeat_at > ${databaseNowMs} - $1
+      and not ${memberLockLost(schema, "member.owner")}
     order by member.owner`,
-  // Dead members that still hold a partition's lease: what a claim may take at once. $1 the grace.
+  // Dead members that still hold a partition's lease: a claim would take those at once.
   deadOwners: `
-    select distinct member.owner from "${schema}".members as member
-    join "${schema}".partition_owners as owner_row on owner_row.owner = member.owner
-    where owner_row.lease_expires_at > ${databaseNowMs} and ${deadMemberCondition("member")}`,
+    select holder.owner from (
+      select distinct owner from "${schema}".partition_owners
+      where lease_expires_at > ${databaseNowMs} and owner <> ''
+    ) as holder
+    where ${memberLockLost(schema, "holder.owner")}`,
 
   forgetMember: `delete from "${schema}".members where owner = $1`,
   // Postgres's clock, for measuring a process's offset from it (src/cluster/ClockOffset.ts).
   serverTime: `select extract(epoch from clock_timestamp()) * 1000 as now_ms`,
-  // Takes partitions whose lease ran out (or were released); each claim bumps the epoch, which fences
-  // every write of the previous owner that has not committed yet. FOR UPDATE conflicts with the KEY
-  // SHARE a write holds on its owner rows (migration 0004): a row with a write in flight is skipped
-  // this round (SKIP LOCKED) and claimed once that write has committed or failed, so no write of the
-  // old epoch can land after the claim, and a paused writer holds back only its own partitions.
-  // $1 lists the wanted partitions in order of preference; at most $5 are taken (null: all): the
+  // Takes partitions whose lease ran out (or were released), the claimer's own, and those of members
+  // known dead (see claimable); each claim bumps the epoch, which fences every write of the previous
+  // owner that has not committed yet. FOR UPDATE conflicts with the KEY SHARE a write holds on its owner
+  // rows (migration 0004): a row with a write in flight is skipped this round (SKIP LOCKED) and claimed
+  // once that write has committed or failed, so no write of the old epoch can land after the claim, and
+  // a paused writer holds back only its own partitions.
+  // A death is judged here, row by row, when the claim reaches the row: a row updated since the
+  // statement began (its owner claimed it back) is locked in its new version and judged again (Postgres
+  // re-checks the condition then), and member_lock_lost reads the member as it is at that moment. Before,
+  // the claim took every row of the owners on a dead list read at the start of the round: a member that
+  // had locked again, heartbeat and claimed its rows back meanwhile lost them while serving them.
+  // $1 lists the wanted partitions in order of preference; at most $4 are taken (null: all): the
   // claimer's own rows first (stepped down from after a member-lock loss: taking another's instead would
-  // leave its own to wait out their leases), then the preferred among those whose lease ran out, then
-  // among those without a row. Only partitions
-  // without a row count towards `created`'s limit: counting rows held by others there (the first $5
-  // wanted, whoever held them) left a partition that never had a row claimed by nobody, ever.
+  // leave its own to wait out their leases), then the preferred among the others. $5: its own rows only.
+  // Only partitions without a row count towards `created`'s limit: counting rows held by others there
+  // (the first $4 wanted, whoever held them) left a partition that never had a row claimed by nobody.
   claim: `
     with expired as (
-      select partition from "${schema}".partition_owners
-      where partition = any($1::integer[])
-        and (lease_expires_at < ${databaseNowMs} or owner = any($4::text[]))
+      select partition from "${schema}".partition_owners as owner_row
+      where partition = any($1::integer[]) and ${claimable(schema, "owner_row")}
       order by owner = $2 desc, array_position($1::integer[], partition)
-      limit $5
+      limit $4
       for update skip locked
     ), taken as (
       update "${schema}".partition_owners as owner_row
       set owner = $2, epoch = owner_row.epoch + 1, lease_expires_at = ${databaseNowMs} + $3
       from expired
-      where owner_row.partition = expired.partition
-        and (owner_row.lease_expires_at < ${databaseNowMs} or owner_row.owner = any($4::text[]))
+      where owner_row.partition = expired.partition and ${claimable(schema, "owner_row")}
       returning owner_row.partition, owner_row.epoch
     ), created as (
       insert into "${schema}".partition_owners (partition, owner, epoch, lease_expires_at)
       select partition, $2, 1, ${databaseNowMs} + $3
       from unnest($1::integer[]) with ordinality as wanted (partition, preference)
-      where not exists (
+      where not $5 and not exists (
         select 1 from "${schema}".partition_owners as owner_row where owner_row.partition = wanted.partition
       )
       order by preference
-      limit greatest(0, coalesce($5, 2147483647) - (select count(*) from taken))
+      limit greatest(0, coalesce($4, 2147483647) - (select count(*) from taken))
       on conflict (partition) do nothing
       returning partition, epoch
     )
@@ -128,6 +145,15 @@ export const ownershipStatements = (schema: string) => ({
       returning owner_row.partition
     )
     select pg_notify('${partitionsReleasedChannel(schema)}', count(*)::text) from released having count(*) > 0`,
+  // Every lease of this owner on partitions other than $2 (those it serves): what it stepped down from
+  // and can no longer serve, or claimed without hearing the answer.
+  releaseUnserved: `
+    with released as (
+      update "${schema}".partition_owners set lease_expires_at = 0
+      where owner = $1 and lease_expires_at > 0 and not (partition = any($2::integer[]))
+      returning partition
+    )
+    select pg_notify('${partitionsReleasedChannel(schema)}', count(*)::text) from released having count(*) > 0`,
   // Leaving: every lease of this owner, including one whose claim answer never reached it.
   releaseAll: `
     with released as (
@@ -144,11 +170,16 @@ export const partitionsReleasedChannel = (schema: string): string => `${schema}_
 export type OwnershipStatements = ReturnType<typeof ownershipStatements>
 
 export interface OwnershipQueries {
-  /** `lockKey`: the key of this process's advisory lock (null: it holds none, liveness by lease only). */
+  /**
+   * `lockKey`: the key of this process's member lock (null: it holds none, liveness by lease only);
+   * `lockServer`: the server it was taken on, as `member_lock_server()` names it (null: the server the
+   * heartbeat reaches). A lock taken before a failover says nothing of the member on the new server.
+   */
   readonly heartbeat: (
     owner: string,
     leaving: boolean,
-    lockKey?: number | null
+    lockKey?: number | null,
+    lockServer?: string | null
   ) => Effect.Effect<void, StoreUnavailable>
   /** Members with a heartbeat within the lease, not leaving and not known dead. */
   readonly liveMembers: (leaseMs: number) => Effect.Effect<ReadonlyArray<string>, StoreUnavailable>
@@ -156,17 +187,18 @@ export interface OwnershipQueries {
   readonly deadOwners: () => Effect.Effect<ReadonlyArray<string>, StoreUnavailable>
   readonly forgetMember: (owner: string) => Effect.Effect<void, StoreUnavailable>
   /**
-   * Returns the partitions actually claimed, with their new epochs: those whose lease ran out, and
-   * those of `deadOwners` whatever their lease.
+   * Returns the partitions actually claimed, with their new epochs: the claimer's own rows, those whose
+   * lease ran out or was released, and those of members known dead when the claim reaches their rows.
    */
   readonly claim: (
     owner: string,
     /** In order of preference: with `limit`, the first claimable ones are taken. */
     partitions: ReadonlyArray<number>,
     leaseMs: number,
-    deadOwners?: ReadonlyArray<string>,
     /** At most this many (absent: every claimable one). */
-    limit?: number
+    limit?: number,
+    /** Only rows that name the claimer already (absent: false). */
+    ownRowsOnly?: boolean
   ) => Effect.Effect<ReadonlyMap<number, number>, StoreUnavailable>
   /**
    * Creates the row of each of the first `partitions` partitions that has none (free), and returns
@@ -183,34 +215,30 @@ export interface OwnershipQueries {
     owner: string,
     held: ReadonlyMap<number, number>
   ) => Effect.Effect<void, StoreUnavailable>
+  /** Releases every lease the owner holds on partitions other than `served` (see releaseUnserved). */
+  readonly releaseUnserved: (
+    owner: string,
+    served: ReadonlyArray<number>
+  ) => Effect.Effect<void, StoreUnavailable>
   /** Releases every lease the owner holds (leaving). */
   readonly releaseAll: (owner: string) => Effect.Effect<void, StoreUnavailable>
   /** Postgres's clock now (ms since the epoch, with its fraction): the leases' clock. */
   readonly serverTimeMs: () => Effect.Effect<number, StoreUnavailable>
 }
 
-/**
- * How long after Postgres started a missing member lock means a dead process (Postgres's restart ends
- * every session: live members take their locks again within a round).
- */
-export const memberLockGraceMsDefault = 5_000
-
-export const makeOwnershipQueries = (
-  pool: pg.Pool,
-  schema: string,
-  lockGraceMs: number = memberLockGraceMsDefault
-): OwnershipQueries => {
+export const makeOwnershipQueries = (pool: pg.Pool, schema: string): OwnershipQueries => {
   const statements = ownershipStatements(schema)
   return {
-    heartbeat: (owner, leaving, lockKey = null) =>
+    heartbeat: (owner, leaving, lockKey = null, lockServer = null) =>
       Effect.tryPromise({
-        try: () => pool.query(statements.heartbeat, [owner, leaving, lockKey]).then(() => undefined),
+        try: () =>
+          pool.query(statements.heartbeat, [owner, leaving, lockKey, lockServer]).then(() => undefined),
         catch: storeUnavailable("heartbeat")
       }),
     liveMembers: (leaseMs) =>
       Effect.tryPromise({
         try: async () =>
-          (await pool.query<{ owner: string }>(statements.liveMembers, [lockGraceMs, leaseMs])).rows.map(
+          (await pool.query<{ owner: string }>(statements.liveMembers, [leaseMs])).rows.map(
             (row) => row.owner
           ),
         catch: storeUnavailable("list live members")
@@ -218,9 +246,7 @@ export const makeOwnershipQueries = (
     deadOwners: () =>
       Effect.tryPromise({
         try: async () =>
-          (await pool.query<{ owner: string }>(statements.deadOwners, [lockGraceMs])).rows.map(
-            (row) => row.owner
-          ),
+          (await pool.query<{ owner: string }>(statements.deadOwners)).rows.map((row) => row.owner),
         catch: storeUnavailable("list dead owners")
       }),
     forgetMember: (owner) =>
@@ -228,7 +254,7 @@ export const makeOwnershipQueries = (
         try: () => pool.query(statements.forgetMember, [owner]).then(() => undefined),
         catch: storeUnavailable("forget member")
       }),
-    claim: (owner, partitions, leaseMs, deadOwners = [], limit) =>
+    claim: (owner, partitions, leaseMs, limit, ownRowsOnly = false) =>
       Effect.tryPromise({
         try: async () => {
           if (partitions.length === 0 || limit === 0) return new Map<number, number>()
@@ -236,8 +262,8 @@ export const makeOwnershipQueries = (
             [...partitions],
             owner,
             leaseMs,
-            [...deadOwners],
-            limit ?? null
+            limit ?? null,
+            ownRowsOnly
           ])
           return new Map(result.rows.map((row) => [row.partition, Number(row.epoch)]))
         },
@@ -272,6 +298,13 @@ export const makeOwnershipQueries = (
           await pool.query(statements.release, [owner, [...held.keys()], [...held.values()]])
         },
         catch: storeUnavailable("release partitions")
+      }),
+    releaseUnserved: (owner, served) =>
+      Effect.tryPromise({
+        try: async () => {
+          await pool.query(statements.releaseUnserved, [owner, [...served]])
+        },
+        catch: storeUnavailable("release partitions no longer served")
       }),
     releaseAll: (owner) =>
       Effect.tryPromise({
