@@ -63,7 +63,7 @@ const discardingStore: StoreShape = {
   loadUsers: (users) => Effect.succeed(new Map(users.map((user) => [user, emptyStoredUser]))),
   write: () => Effect.void,
   writesCheckpointed: true,
-  checkpoint: (_partition, _known, through) => Effect.succeed(through),
+  checkpoint: (_partition, _known, through, _published) => Effect.succeed(through),
   openPartition: () => Effect.succeed({ nextPosition: 1 }),
   recall: () => Effect.succeed({ holds: [], adjustments: [] }),
   usersWithExpiries: () => Effect.succeed([]),

@@ -27,6 +27,7 @@ import type { Result } from "../domain/results.js"
 import { unavailable } from "../domain/results.js"
 import { decideSystemJob } from "../domain/slots.js"
 import { refuseListUsage } from "../domain/usageHistory.js"
+import type { EventQueue } from "../events/EventQueue.js"
 import { Store } from "../store/Store.js"
 import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
 import { Metrics, noMetrics } from "../ops/MetricsRecorder.js"
@@ -115,6 +116,8 @@ export interface CoordinatorOptions {
   readonly servingEpoch?: (partition: number) => number | undefined
   /** Partitions this process owns, for the orphan sweep; undefined sweeps every user (one process). */
   readonly ownedPartitions?: () => ReadonlyArray<number> | undefined
+  /** Where appended events go to be published (QUOTA_EVENTS_ENABLED; absent: none are published). */
+  readonly eventQueue?: EventQueue
 }
 
 /** Counts the expiries a confirmed write made durable (metrics are told where expiry is decided). */
@@ -172,7 +175,8 @@ export const makeCoordinator = (
               options.onPersisted?.(events)
             },
       runFork,
-      newToken: () => randomBytes(8).toString("hex")
+      newToken: () => randomBytes(8).toString("hex"),
+      ...(options.eventQueue === undefined ? {} : { eventQueue: options.eventQueue })
     }
 
     /** The partition actors, each with its fiber, by partition. */

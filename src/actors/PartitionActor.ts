@@ -48,6 +48,7 @@ import type { Envelope, Reply } from "./replies.js"
 import { answer, envelopeOf, handleOf, makeEnvelope } from "./replies.js"
 import type { Residency, Resident, ResidentHome } from "./ResidentUsers.js"
 import { makeResident } from "./ResidentUsers.js"
+import type { EventQueue, PublishedEvent } from "../events/EventQueue.js"
 import { PartitionLog } from "./PartitionLog.js"
 import { turnEndsAt } from "./turn.js"
 
@@ -76,6 +77,8 @@ export interface PartitionSettings {
   readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.Fiber<A, E>
   /** A claim token, drawn when the actor opens its partition's log (random: unique across processes). */
   readonly newToken: () => string
+  /** Where confirmed appends' events go to be published (absent: events are not published). */
+  readonly eventQueue?: EventQueue
 }
 
 /** The commands decided together and written in one submission. */
@@ -322,9 +325,16 @@ export class PartitionActor implements ResidentHome {
   }
 
   private checkpointDue(now: number): boolean {
-    return (
-      now >= this.checkpointRetryAt &&
+    if (now < this.checkpointRetryAt) return false
+    if (
       this.log.checkpointDue(now, this.checkpointWaiters.length > 0 || this.loadsAfterCheckpoint.length > 0)
+    )
+      return true
+    const { eventQueue } = this.settings
+    if (eventQueue === undefined) return false
+    return this.log.publishedMarkDue(
+      now,
+      eventQueue.publishedThrough(this.partition, this.log.lastFinalPosition())
     )
   }
 
@@ -454,7 +464,13 @@ export class PartitionActor implements ResidentHome {
     call.addObserver((exit) => {
       if (generation !== this.generation || this.closed) return
       if (Exit.isSuccess(exit)) {
-        this.log.opened(epoch, exit.value.nextPosition, this.settings.newToken())
+        this.log.opened(
+          epoch,
+          exit.value.nextPosition,
+          this.settings.newToken(),
+          this.settings.now(),
+          this.settings.eventQueue !== undefined
+        )
         this.releaseOpenWaiters()
         this.releaseCheckpointWaiters()
       } else {
@@ -477,7 +493,14 @@ export class PartitionActor implements ResidentHome {
   private checkpoint(): void {
     const { known, through } = this.log.checkpointPlan()
     const generation = this.generation
-    const call = this.settings.runFork(this.settings.store.checkpoint(this.partition, known, through))
+    // How far the events are in the stream: rows both checkpointed and published are deleted. With no
+    // events to publish (switched off), every row is done once checkpointed.
+    const { eventQueue } = this.settings
+    const published =
+      eventQueue === undefined ? through : eventQueue.publishedThrough(this.partition, through)
+    const call = this.settings.runFork(
+      this.settings.store.checkpoint(this.partition, known, through, published)
+    )
     call.addObserver((exit) => {
       if (generation !== this.generation || this.closed) {
         this.log.checkpointFailed()
@@ -495,7 +518,7 @@ export class PartitionActor implements ResidentHome {
         this.wake()
         return
       }
-      this.log.checkpointDone(exit.value, now)
+      this.log.checkpointDone(exit.value, published, now)
       const resting = this.restAfterCheckpoint
       this.restAfterCheckpoint = []
       for (const resident of resting) {
@@ -697,7 +720,7 @@ export class PartitionActor implements ResidentHome {
     batch.call = call
     call.addObserver((exit) => {
       if (Exit.isFailure(exit)) this.log.failed(target.position, open)
-      else
+      else {
         this.log.confirmed(
           target.position,
           batch.events,
@@ -705,6 +728,13 @@ export class PartitionActor implements ResidentHome {
           open,
           this.settings.store.writesCheckpointed === true
         )
+        // The log is the outbox: the row's events go to the partition's publisher from memory.
+        this.settings.eventQueue?.appended(this.partition, {
+          position: target.position,
+          token: target.token,
+          events: batch.events.filter((event): event is PublishedEvent => event.kind === "event")
+        })
+      }
       if (this.batch !== batch) return
       batch.call = undefined
       if (Exit.isFailure(exit))

@@ -39,9 +39,16 @@ export class PartitionLog {
   private readonly unprojected: Array<Unprojected> = []
   /** When the oldest append not in the tables was confirmed (Clock ms; Infinity: none). */
   private oldestUnprojectedAt = Infinity
+  /**
+   * The published mark this actor's last checkpoint wrote. Rows above it stay in the table: once the
+   * publisher is further, a checkpoint with nothing to project moves the mark and trims them.
+   */
+  private publishedMarked = 0
+  /** When to ask again whether the publisher passed the mark (Clock ms; Infinity: not asked). */
+  private publishedCheckAt = Infinity
 
   /** Opened under `epoch`: appends start at `nextPosition`, their events' ids carry `token`. */
-  opened(epoch: number, nextPosition: number, token: string): void {
+  opened(epoch: number, nextPosition: number, token: string, now: number, publishes: boolean): void {
     this.openedFor = epoch
     this.opening = false
     this.opens += 1
@@ -49,6 +56,9 @@ export class PartitionLog {
     this.lastFinal = nextPosition - 1
     this.checkpointed = Math.max(this.checkpointed, nextPosition - 1)
     this.token = token
+    // The previous owner's mark is not known here: a check writes this publisher's (none without events).
+    this.publishedMarked = 0
+    this.publishedCheckAt = publishes ? now + checkpointIntervalMs : Infinity
   }
 
   /** Forgets everything but nothing of the rows: the next open brings the tail into the tables. */
@@ -58,6 +68,8 @@ export class PartitionLog {
     this.opening = false
     this.unprojected.length = 0
     this.oldestUnprojectedAt = Infinity
+    this.publishedMarked = 0
+    this.publishedCheckAt = Infinity
     this.loadsNeed = 0
     this.checkpointed = 0
   }
@@ -114,7 +126,27 @@ export class PartitionLog {
 
   /** When a checkpoint is due by time (Infinity: nothing to checkpoint). */
   checkpointDueAt(): number {
-    return this.oldestUnprojectedAt === Infinity ? Infinity : this.oldestUnprojectedAt + checkpointIntervalMs
+    return Math.min(
+      this.oldestUnprojectedAt === Infinity ? Infinity : this.oldestUnprojectedAt + checkpointIntervalMs,
+      this.publishedCheckAt
+    )
+  }
+
+  /** The last position whose append is final. */
+  lastFinalPosition(): number {
+    return this.lastFinal
+  }
+
+  /**
+   * Whether a checkpoint should run only to move the published mark: its check fell due and the
+   * publisher (`published`: how far it is; undefined: not known here yet) passed the mark. Not yet
+   * passed, the check is put off by an interval.
+   */
+  publishedMarkDue(now: number, published: number | undefined): boolean {
+    if (this.checkpointing || this.openedFor === undefined || now < this.publishedCheckAt) return false
+    if (published !== undefined && published > this.publishedMarked) return true
+    this.publishedCheckAt = now + checkpointIntervalMs
+    return false
   }
 
   /** Whether a checkpoint should start now (`forced`: something waits for one). */
@@ -130,11 +162,13 @@ export class PartitionLog {
     return { known: [...this.unprojected], through: this.lastFinal }
   }
 
-  /** The checkpoint reached `checkpointed`: what it covered leaves memory. */
-  checkpointDone(checkpointed: number, now: number): void {
+  /** The checkpoint reached `checkpointed` and wrote the mark `published`: what it covered leaves memory. */
+  checkpointDone(checkpointed: number, published: number | undefined, now: number): void {
     this.checkpointing = false
     if (this.openedFor === undefined) return
     this.checkpointed = Math.max(this.checkpointed, checkpointed)
+    if (published !== undefined) this.publishedMarked = Math.max(this.publishedMarked, published)
+    this.publishedCheckAt = this.publishedMarked >= this.checkpointed ? Infinity : now + checkpointIntervalMs
     let kept = 0
     while (kept < this.unprojected.length && this.unprojected[kept]!.position <= this.checkpointed) kept += 1
     this.unprojected.splice(0, kept)

@@ -35,8 +35,8 @@ import type { MetricsRecorder } from "../ops/MetricsRecorder.js"
 import { Metrics, noMetrics } from "../ops/MetricsRecorder.js"
 import { startOperations } from "../ops/Operations.js"
 import type { EventPublisher } from "../events/EventPublisher.js"
-import { Outbox } from "../events/Outbox.js"
-import { OutboxCounts } from "../events/OutboxCounts.js"
+import { EventLog } from "../events/EventLog.js"
+import { EventQueue } from "../events/EventQueue.js"
 import { startEvents } from "../events/startEvents.js"
 import type { Logger } from "../transport/log.js"
 import { logExpiry, makeLogger } from "../transport/log.js"
@@ -93,7 +93,7 @@ export const storeLayerFor = (
   target: DatabaseTarget,
   fence?: Fence,
   metrics?: MetricsRecorder,
-  outboxCounts?: OutboxCounts,
+  eventQueue?: EventQueue,
   logger?: Logger
 ) =>
   postgresStoreLayer({
@@ -110,7 +110,7 @@ export const storeLayerFor = (
     recordEvents: settings.events.enabled,
     queryTimeoutMs: settings.storeQueryTimeoutMs,
     ...(metrics === undefined ? {} : { metrics }),
-    ...(outboxCounts === undefined ? {} : { outboxCounts }),
+    ...(eventQueue === undefined ? {} : { eventQueue }),
     ...(target.poolMax === undefined ? {} : { poolMax: target.poolMax }),
     // PGlite's single session is not known to take pipelined transactions; a real server does.
     pipelined: !target.embedded,
@@ -134,11 +134,13 @@ export const coordinatorLayerFor = (
   config: Config,
   logger: Logger,
   partitions: number,
-  ownership: OwnershipState | undefined
+  ownership: OwnershipState | undefined,
+  eventQueue?: EventQueue
 ) =>
   coordinatorLayer({
     config,
     partitions,
+    ...(eventQueue === undefined ? {} : { eventQueue }),
     ...(ownership === undefined
       ? {}
       : {
@@ -176,18 +178,18 @@ export const serveLayers = (
   target: DatabaseTarget,
   ownership: OwnershipState | undefined,
   metrics: MetricsRecorder = noMetrics,
-  outboxCounts?: OutboxCounts
+  eventQueue?: EventQueue
 ) => {
-  const store: Layer.Layer<Store | Outbox, unknown> = storeLayerFor(
+  const store: Layer.Layer<Store | EventLog, unknown> = storeLayerFor(
     settings,
     config,
     target,
     ownership?.fence,
     metrics,
-    outboxCounts,
+    eventQueue,
     logger
   )
-  const coordinator = coordinatorLayerFor(config, logger, settings.partitions, ownership).pipe(
+  const coordinator = coordinatorLayerFor(config, logger, settings.partitions, ownership, eventQueue).pipe(
     Layer.provideMerge(store),
     Layer.provide(Layer.succeed(Metrics, metrics))
   )
@@ -334,9 +336,12 @@ export const serve = (
       ? undefined
       : makeOwnershipState(undefined, makeClockOffsetState(settings.clockOffsetMaxMs))
     const metrics = operations?.metrics.recorder ?? noMetrics
-    const outboxCounts = new OutboxCounts(settings.events.outboxPerPartitionMax)
+    // Events switched off: nothing is recorded, nothing waits to be published.
+    const eventQueue = settings.events.enabled
+      ? new EventQueue(settings.events.outboxPerPartitionMax)
+      : undefined
     const context = yield* Layer.build(
-      serveLayers(settings, config, logger, target, ownership, metrics, outboxCounts)
+      serveLayers(settings, config, logger, target, ownership, metrics, eventQueue)
     )
     const server = Context.get(context, NatsServer)
     const coordinator = Context.get(context, Coordinator)
@@ -344,13 +349,13 @@ export const serve = (
       settings: settings.events,
       prefix: settings.prefix,
       connection: server.connection,
-      outbox: Context.get(context, Outbox),
-      counts: outboxCounts,
+      log: Context.get(context, EventLog),
+      queue: eventQueue ?? new EventQueue(settings.events.outboxPerPartitionMax),
       servable: ownership?.servable ?? (() => true),
       metrics,
       logger
     })
-    if (publisher !== undefined) outboxCounts.listen(publisher.wake)
+    if (publisher !== undefined) eventQueue?.listen(publisher.wake)
     if (operations !== undefined) {
       const store = Context.get(context, Store)
       operations.readiness.watchNats(server.connected)
@@ -365,7 +370,7 @@ export const serve = (
         actorsResident: coordinator.residentActors,
         partitionsOwned: () => ownership?.epochs.size ?? server.servedPartitions().length,
         partitionsUnowned: () => unowned().length,
-        eventsPending: () => outboxCounts.total(),
+        eventsPending: () => eventQueue?.total() ?? 0,
         ...(ownership?.clock === undefined ? {} : clockGauges(ownership.clock))
       })
       if (ownership?.clock !== undefined) {

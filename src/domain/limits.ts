@@ -421,22 +421,24 @@ export const httpRequestTimeoutMs = 5_000
  */
 export const eventsOutboxPerPartitionMaxDefault = 100_000
 
-/** Outbox rows one publisher reads (and deletes once published) at a time. */
-export const eventsPublishBatchMax = 256
+/**
+ * Events a partition's publisher has sent and not yet seen acknowledged, at most (pipelined, in order, on
+ * one connection). A failed one is sent again with all after it. It also bounds what a new publisher
+ * sends again of what the stream may already hold (EventPublisher.ts).
+ */
+export const eventsPublishInFlightMax = 64
+
+/** Log rows a starting publisher reads per query (what earlier owners left unpublished); it reads them all. */
+export const eventsRecoveryRowsMax = 256
 
 /**
- * How often a partition's publisher looks at its outbox again while it knows of rows not yet published
- * (a batch that left more, a count that says rows wait). An idle partition (its outbox empty as far as
- * this process knows) does not poll: it is woken by the commits that record its events.
+ * A starting publisher whose partition's last event in the stream is older than the duplicate window
+ * less this margin looks up the events sent just before it one by one (a re-send would not be taken for
+ * a repeat), reading at most eventsRecoveryScanMax messages of the stream; past it, what it did not find
+ * is sent again (at most a second copy, with the same eventId).
  */
-export const eventsPollIntervalMs = 1_000
-
-/**
- * How often the publisher counts the outboxes of all its partitions in one statement, to find rows
- * nobody woke it for (a commit whose outcome was unknown, then committed). Idle, that is the only read
- * the events make: once per this interval whatever the number of partitions.
- */
-export const eventsIdleRecheckIntervalMs = 30_000
+export const eventsDuplicateWindowMarginMs = 10_000
+export const eventsRecoveryScanMax = 10_000
 
 /** Backoff of a publisher whose publish failed (JetStream away): from the minimum, doubling, to the maximum. */
 export const eventsRetryDelayMsMin = 250

@@ -1,6 +1,6 @@
 /**
  * The events' part of `serve`: the stream made sure of at start (a failure is a warning: decisions go
- * on and events wait in the outbox), and the publisher whose partitions follow what the process serves.
+ * on and events wait in the log), and the publisher whose partitions follow what the process serves.
  */
 import type { NatsConnection } from "@nats-io/transport-node"
 import { Effect, Exit } from "effect"
@@ -11,15 +11,15 @@ import type { Logger } from "../transport/log.js"
 import type { EventPublisher } from "./EventPublisher.js"
 import { makeEventPublisher } from "./EventPublisher.js"
 import { makeJetStreamSink } from "./JetStreamSink.js"
-import type { OutboxShape } from "./Outbox.js"
-import type { OutboxCounts } from "./OutboxCounts.js"
+import type { EventLogShape } from "./EventLog.js"
+import type { EventQueue } from "./EventQueue.js"
 
 export interface StartEventsOptions {
   readonly settings: EventSettings
   readonly prefix: string
   readonly connection: NatsConnection
-  readonly outbox: OutboxShape
-  readonly counts: OutboxCounts
+  readonly log: EventLogShape
+  readonly queue: EventQueue
   readonly servable: (partition: number) => boolean
   readonly metrics: MetricsRecorder
   readonly logger: Logger
@@ -36,13 +36,14 @@ export const startEvents = (
     if (Exit.isFailure(ensured))
       options.logger.warn(
         { stream: options.settings.streamName, error: String(ensured.cause) },
-        "the events stream is not available yet; events wait in the outbox until it is"
+        "the events stream is not available yet; events wait in the log until it is"
       )
     else options.logger.info({ stream: options.settings.streamName }, "events stream ready")
     return yield* makeEventPublisher({
-      outbox: options.outbox,
+      log: options.log,
       sink,
-      counts: options.counts,
+      queue: options.queue,
+      duplicateWindowMs: options.settings.duplicateWindowMs,
       prefix: options.prefix,
       servable: options.servable,
       metrics: options.metrics,

@@ -79,13 +79,16 @@ export interface StoreShape {
   /**
    * Brings the partition's log into the tables (the checkpoint) up to `through`: `known` are appends the
    * caller made and holds (only the rest are read back); every append at or below `through` must be
-   * final. Returns the position every row at or below which is now in the tables (a partition actor
-   * may let go of a user whose last change is at or below it). Off the request path.
+   * final. `published`: every row at or below it is wholly in the events stream (undefined: unknown);
+   * rows both checkpointed and published are deleted. Returns the position every row at or below which
+   * is now in the tables (a partition actor may let go of a user whose last change is at or below it).
+   * Off the request path.
    */
   readonly checkpoint: (
     partition: number,
     known: ReadonlyArray<{ readonly position: number; readonly events: ReadonlyArray<StoreEvent> }>,
-    through: number
+    through: number,
+    published: number | undefined
   ) => Effect.Effect<number, StoreUnavailable>
   /**
    * Before a partition actor serves a partition: what earlier owners appended and did not checkpoint

@@ -1,11 +1,10 @@
 /**
- * Events exactly once without relying on JetStream's duplicate window (issue 19, item 5). The publisher
- * removes outbox rows only after publishing them; when Postgres is away between the two for longer than
- * the stream's duplicate window, the same ids published again are new messages to the stream. Here the
- * window is 300 ms and the outbox's removal fails for well past it: first for the publisher that
- * published the rows (an outage), then for a fresh publisher of another "process" that finds the rows
- * still in the outbox (a crash after publishing). Each event must be in the stream once. And (issue 26,
- * item 5) a publish stored by the stream whose acknowledgement was lost, retried past the window.
+ * Events exactly once without relying on JetStream's duplicate window (issue 19, item 5; issue 36). A
+ * log row counts as published only once the stream acknowledged all of it, and rows stay in the log
+ * until a checkpoint deletes them; a publisher that starts past the window (here 300 ms) on rows
+ * another already published (a crash after publishing, before anything recorded it) must not send them
+ * as new messages. And (issue 26, item 5) a publish stored by the stream whose acknowledgement was lost,
+ * retried past the window.
  */
 import { connect } from "@nats-io/transport-node"
 import type { NatsConnection } from "@nats-io/transport-node"
@@ -13,20 +12,17 @@ import { jetstreamManager } from "@nats-io/jetstream"
 import { Effect } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { eventSettingsDefaults } from "../../src/config/eventSettings.js"
-import type { StoreEvent } from "../../src/domain/events.js"
 import { partitionOf } from "../../src/domain/partition.js"
+import { EventQueue } from "../../src/events/EventQueue.js"
 import { makeEventPublisher } from "../../src/events/EventPublisher.js"
-import type { OutboxShape } from "../../src/events/Outbox.js"
-import type { EventSinkShape } from "../../src/events/JetStreamSink.js"
-import { EventsUnavailable, makeJetStreamSink } from "../../src/events/JetStreamSink.js"
-import { OutboxCounts } from "../../src/events/OutboxCounts.js"
+import type { EventSinkShape, PublishOutcome } from "../../src/events/JetStreamSink.js"
+import { makeJetStreamSink } from "../../src/events/JetStreamSink.js"
 import { noMetrics } from "../../src/ops/MetricsRecorder.js"
 import { migrate } from "../../src/store/postgres/migrate.js"
-import { makePostgresOutbox } from "../../src/store/postgres/outbox.js"
 import type { PostgresStore } from "../../src/store/postgres/PostgresStore.js"
 import { makePostgresStore } from "../../src/store/postgres/PostgresStore.js"
-import { StoreUnavailable } from "../../src/store/Store.js"
 import { acquireScoped, createTestSchema } from "../support/database.js"
+import { appendRows, eventLogOf, limitChanged } from "../support/eventLog.js"
 import { testEventsMaxBytes } from "../support/eventStreams.js"
 import { sleep, waitFor } from "../support/operations.js"
 import { randomPrefix } from "../support/processes.js"
@@ -59,37 +55,14 @@ const userOn = (label: string): string => {
   }
 }
 
-const limitChanged = (user: string, limit: number): StoreEvent => ({
-  kind: "event",
-  user,
-  event: { event: "limit_changed", at: 1_790_000_000_000, meter: "tokens", limit }
-})
-
-/** The real outbox, whose removal fails while `away` is set (Postgres unreachable for the publisher). */
-const outboxAwayWhile = (away: { value: boolean }): OutboxShape => {
-  const real = makePostgresOutbox(
-    database.pool(),
-    database.schema,
-    1_790_000_000_000,
-    store.value.readSettled
-  )
-  return {
-    ...real,
-    remove: (seqs) =>
-      away.value
-        ? Effect.fail(new StoreUnavailable({ reason: "the database is away (test)" }))
-        : real.remove(seqs)
-  }
-}
-
 const startPublisher = (
   prefix: string,
-  outbox: OutboxShape,
+  queue: EventQueue,
   wrapSink: (sink: EventSinkShape) => EventSinkShape = (sink) => sink
 ) =>
   acquireScoped(
     makeEventPublisher({
-      outbox,
+      log: eventLogOf(database.pool(), database.schema, store.value),
       sink: wrapSink(
         makeJetStreamSink(nc, prefix, {
           ...eventSettingsDefaults,
@@ -101,12 +74,12 @@ const startPublisher = (
           duplicateWindowMs
         })
       ),
-      counts: new OutboxCounts(100),
+      queue,
       prefix,
       servable: () => true,
       metrics: noMetrics,
       warn: () => {},
-      pollIntervalMs: 100
+      duplicateWindowMs
     })
   )
 
@@ -122,50 +95,41 @@ const streamLimits = async (stream: string): Promise<Array<number>> => {
   return limits
 }
 
-const outboxEmpty = async (): Promise<true | undefined> =>
-  (
-    await Effect.runPromise(
-      makePostgresOutbox(database.pool(), database.schema, 1_790_000_000_000, store.value.readSettled).read(
-        partition,
-        100
-      )
-    )
-  ).length === 0
-    ? true
-    : undefined
+const publishedAll = (queue: EventQueue) => async (): Promise<true | undefined> =>
+  queue.of(partition) === 0 ? true : undefined
 
 describe("events past the duplicate window", () => {
-  it("are not published again when their removal failed for longer than the window", async () => {
+  it("are not published again by a publisher that starts past the window on rows already published", async () => {
     const prefix = randomPrefix("dupwin")
     const stream = `${prefix.toUpperCase()}_EVENTS`
     const user = userOn("outage")
-    await Effect.runPromise(store.value.write([1, 2, 3, 4].map((limit) => limitChanged(user, limit))))
-    const away = { value: true }
-    const publisher = await startPublisher(prefix, outboxAwayWhile(away))
-    await Effect.runPromise(publisher.value.start([partition]))
-    // Published, not removed; retried with backoff for several windows.
-    await sleep(6 * duplicateWindowMs + 1_000)
-    away.value = false
-    await waitFor(outboxEmpty, 15_000, () => "the outbox was not emptied")
-    expect(await streamLimits(stream)).toEqual([1, 2, 3, 4])
-    await publisher.close()
-
-    // A crash after publishing, then another process's publisher, long after the window.
-    await Effect.runPromise(store.value.write([5, 6].map((limit) => limitChanged(user, limit))))
-    const first = await startPublisher(prefix, outboxAwayWhile({ value: true }))
+    await appendRows(store.value, partition, "d1", 1, [
+      [limitChanged(user, 1), limitChanged(user, 2)],
+      [limitChanged(user, 3), limitChanged(user, 4)]
+    ])
+    const firstQueue = new EventQueue(100)
+    const first = await startPublisher(prefix, firstQueue)
     await Effect.runPromise(first.value.start([partition]))
-    await waitFor(
-      async () => ((await streamLimits(stream)).length === 6 ? true : undefined),
-      5_000,
-      () => "5 and 6 were not published"
-    )
+    await waitFor(publishedAll(firstQueue), 5_000, () => "1-4 were not published")
+    expect(await streamLimits(stream)).toEqual([1, 2, 3, 4])
     await first.close()
+
+    // A crash after publishing, then another process's publisher, long after the window: nothing
+    // recorded the rows as published, so it reads them all back.
     await sleep(2 * duplicateWindowMs)
-    const second = await startPublisher(prefix, outboxAwayWhile({ value: false }))
+    await appendRows(store.value, partition, "d2", 3, [[limitChanged(user, 5), limitChanged(user, 6)]])
+    const secondQueue = new EventQueue(100)
+    const second = await startPublisher(prefix, secondQueue)
     await Effect.runPromise(second.value.start([partition]))
-    await waitFor(outboxEmpty, 5_000, () => "the outbox was not emptied")
-    expect(await streamLimits(stream)).toEqual([1, 2, 3, 4, 5, 6])
+    await waitFor(publishedAll(secondQueue), 5_000, () => "5 and 6 were not published")
     await second.close()
+    await sleep(2 * duplicateWindowMs)
+    const thirdQueue = new EventQueue(100)
+    const third = await startPublisher(prefix, thirdQueue)
+    await Effect.runPromise(third.value.start([partition]))
+    await waitFor(publishedAll(thirdQueue), 5_000, () => "the third publisher did not catch up")
+    expect(await streamLimits(stream)).toEqual([1, 2, 3, 4, 5, 6])
+    await third.close()
     await (await jetstreamManager(nc)).streams.delete(stream)
   }, 40_000)
 
@@ -173,28 +137,35 @@ describe("events past the duplicate window", () => {
     const prefix = randomPrefix("lostack")
     const stream = `${prefix.toUpperCase()}_EVENTS`
     const user = userOn("lostack")
-    await Effect.runPromise(store.value.write([1, 2, 3].map((limit) => limitChanged(user, limit))))
-    // The first publish is stored, but its acknowledgement never comes back: the publisher hears of a
-    // failure (a timeout) only after the duplicate window has passed.
-    let publishes = 0
+    await appendRows(store.value, partition, "e1", 10, [
+      [limitChanged(user, 1), limitChanged(user, 2), limitChanged(user, 3)]
+    ])
+    // The first publishes are stored, but their acknowledgements never come back: the publisher hears
+    // of a failure only after the duplicate window has passed.
+    let attempts = 0
+    const sentEvents: Array<number> = []
     const ackLostOnce = (sink: EventSinkShape): EventSinkShape => ({
       ...sink,
-      publish: (subject, body, eventId) => {
-        publishes += 1
-        if (publishes > 1) return sink.publish(subject, body, eventId)
+      publishAll: (events) => {
+        attempts += 1
+        sentEvents.push(events.length)
+        if (attempts > 1) return sink.publishAll(events)
         return Effect.andThen(
-          sink.publish(subject, body, eventId),
+          sink.publishAll(events),
           Effect.andThen(
             Effect.sleep(2 * duplicateWindowMs),
-            Effect.fail(new EventsUnavailable({ reason: "the acknowledgement was lost (test)" }))
+            Effect.succeed(events.map((): PublishOutcome => undefined))
           )
         )
       }
     })
-    const publisher = await startPublisher(prefix, outboxAwayWhile({ value: false }), ackLostOnce)
+    const queue = new EventQueue(100)
+    const publisher = await startPublisher(prefix, queue, ackLostOnce)
     await Effect.runPromise(publisher.value.start([partition]))
-    await waitFor(outboxEmpty, 10_000, () => "the outbox was not emptied")
-    expect(publishes).toBeGreaterThan(1)
+    await waitFor(publishedAll(queue), 10_000, () => "the events were not published")
+    expect(attempts).toBeGreaterThan(1)
+    // Found in the stream on the retry: nothing sent a second time.
+    expect(sentEvents.slice(1).every((count) => count === 0)).toBe(true)
     expect(await streamLimits(stream)).toEqual([1, 2, 3])
     await publisher.close()
     await (await jetstreamManager(nc)).streams.delete(stream)

@@ -1,36 +1,35 @@
 /**
- * Event ids (issue 34): `<database tag>-<incarnation>-<seq>`, read back by the publisher's skip rule as
- * the same incarnation and seq; ids of rows recorded before incarnations (`<database tag>-<seq>`) keep
- * their shape; another database's ids, or text that is no id, say nothing.
+ * Event ids (issues 34 and 36): `<database tag>-<token>-<position>-<index>`, read back by a starting
+ * publisher as the same place in the log; another database's ids, or text that is no id, say nothing.
  */
 import { describe, expect, it } from "vitest"
-import { eventIdOf, outboxPositionOf } from "../../src/events/Outbox.js"
-import { incarnationText } from "../../src/store/postgres/incarnation.js"
+import { eventIdOf, eventPlaceOf } from "../../src/events/eventIds.js"
 
 describe("event ids", () => {
-  it("carry the incarnation as an unsigned base-36 number, and read back to the same position", () => {
-    // hashtextextended gives any int8: the negatives too are ids of their own.
-    const incarnations = ["-9223372036854775808", "-1", "0", "42", "9223372036854775807"].map(incarnationText)
-    expect(incarnations).toEqual(["1y2p0ij32e8e8", "3w5e11264sgsf", "0", "16", "1y2p0ij32e8e7"])
-    for (const incarnation of incarnations) {
-      const id = eventIdOf("mx08pbhs", { incarnation, seq: 45 })
-      expect(id).toBe(`mx08pbhs-${incarnation}-45`)
-      expect(outboxPositionOf("mx08pbhs", id)).toEqual({ incarnation, seq: 45 })
+  it("carry the row's token and position and the event's index, and read back to the same place", () => {
+    for (const place of [
+      { token: "0", position: 1, index: 1 },
+      { token: "9f3a0c71d2e4b5a6", position: 45, index: 3 },
+      { token: "ffffffffffffffff", position: Number.MAX_SAFE_INTEGER, index: 512 }
+    ]) {
+      const id = eventIdOf("mx08pbhs", place)
+      expect(id).toBe(`mx08pbhs-${place.token}-${place.position}-${place.index}`)
+      expect(eventPlaceOf("mx08pbhs", id)).toEqual(place)
     }
   })
 
-  it("keep the shape of rows recorded before incarnations, and tell other ids apart", () => {
-    expect(incarnationText(null)).toBe("")
-    expect(eventIdOf("mx08pbhs", { incarnation: "", seq: 7 })).toBe("mx08pbhs-7")
-    expect(outboxPositionOf("mx08pbhs", "mx08pbhs-7")).toEqual({ incarnation: "", seq: 7 })
+  it("tell other ids apart", () => {
     for (const other of [
-      "mx08pbhr-16-7",
+      "mx08pbhr-ab-7-1",
       "mx08pbhs-",
-      "mx08pbhs-16-",
-      "mx08pbhs-16-07",
-      "mx08pbhs-a-b-7",
-      "mx08pbhs-1x"
+      "mx08pbhs-ab-7",
+      "mx08pbhs-ab-07-1",
+      "mx08pbhs-ab-7-0",
+      "mx08pbhs-AB-7-1",
+      "mx08pbhs-ab-7-1-2",
+      "mx08pbhs-16-7",
+      `mx08pbhs-ab-${2 ** 60}-1`
     ])
-      expect(outboxPositionOf("mx08pbhs", other), other).toBeUndefined()
+      expect(eventPlaceOf("mx08pbhs", other), other).toBeUndefined()
   })
 })

@@ -4,9 +4,9 @@
  * - Nothing is published that the synchronous standby does not have: a group of 40 `adjust`s waits in
  *   COMMIT for a silent standby, is answered `unavailable`, and the settle of its doubt makes it
  *   visible on the primary only; its events must not reach the stream.
- * - Event ids are unique across the promotion: the promoted standby's outbox sequence resumes below
- *   what the old primary handed out, so an id of `<database tag>-<sequence>` alone is handed out again
- *   and the stream's duplicate window (or the publisher's skip rule) drops new events as repeats.
+ * - Event ids are unique across the promotion: the promoted standby's log positions resume below what
+ *   the old primary handed out, so an id of `<database tag>-<position>` alone would be handed out again
+ *   and the stream's duplicate window (or the publisher's skip rule) would drop new events as repeats.
  * - So, after the promotion: every acknowledged change has its event in the stream, no event is of a
  *   change the new primary does not have, no id twice, and per user, meter and period the
  *   `usage_recorded` amounts add up to `used` (PROTOCOL.md's sum rule).
@@ -28,6 +28,7 @@ import { randomPrefix } from "../support/processes.js"
 import type { TestCoordinator } from "../support/standbyFailover.js"
 import {
   coordinatorOn,
+  everythingPublished,
   publisherOn,
   streamAgainstDatabase,
   streamEvents,
@@ -91,17 +92,6 @@ const send = async (coordinator: TestCoordinator, command: Command): Promise<str
   return status
 }
 
-/** Until the database's outbox is empty (all published), then a moment for the last acknowledgements. */
-const outboxEmptied = async (database: pg.Client): Promise<void> => {
-  await waitFor(
-    async () =>
-      (await database.query("select 1 from quota.events_outbox limit 1")).rowCount === 0 ? true : undefined,
-    30_000,
-    () => "the outbox was not emptied"
-  )
-  await sleep(500)
-}
-
 const streamHolds = (stream: string, count: number): Promise<true> =>
   waitFor(
     async () => ((await streamEvents(nc!, stream)).length === count ? true : undefined),
@@ -117,7 +107,7 @@ describe.skipIf(!standbyAvailable())("events through a failover to the synchrono
     const options = { prefix, partitions, queryTimeoutMs: 1_000 }
     const primary = await coordinatorOn(pair.database.url, options)
     closers.push(primary.close)
-    const primaryPublisher = await publisherOn(nc!, primary.outbox, { prefix, partitions })
+    const primaryPublisher = await publisherOn(nc!, primary, { prefix, partitions })
     closers.push(primaryPublisher.close)
 
     // Normal life: 5 changes, replicated and published.
@@ -142,7 +132,7 @@ describe.skipIf(!standbyAvailable())("events through a failover to the synchrono
     await primaryPublisher.close()
     const promoted = await coordinatorOn(pair.standbyUrl, options)
     closers.push(promoted.close)
-    const promotedPublisher = await publisherOn(nc!, promoted.outbox, { prefix, partitions })
+    const promotedPublisher = await publisherOn(nc!, promoted, { prefix, partitions })
     closers.push(promotedPublisher.close)
 
     // 80 acknowledged changes on the new primary, on two partitions.
@@ -156,7 +146,7 @@ describe.skipIf(!standbyAvailable())("events through a failover to the synchrono
     const database = new pg.Client({ connectionString: pair.standbyUrl })
     await database.connect()
     closers.push(() => database.end())
-    await outboxEmptied(database)
+    await everythingPublished(promoted, pair.standbyUrl)
     const events = await streamEvents(nc!, stream)
     const figures = {
       doubtful: { unavailable: doubtful.filter((status) => status === "unavailable").length, retried },
@@ -205,7 +195,7 @@ describe.skipIf(!standbyAvailable())("events through a failover to the synchrono
     const options = { prefix, partitions, queryTimeoutMs: 1_000 }
     const primary = await coordinatorOn(pair.database.url, options)
     closers.push(primary.close)
-    const primaryPublisher = await publisherOn(nc!, primary.outbox, { prefix, partitions })
+    const primaryPublisher = await publisherOn(nc!, primary, { prefix, partitions })
     closers.push(primaryPublisher.close)
     for (const [index, user] of usersOn(p, "e", 5).entries())
       expect(await send(primary, adjust(user, `e${index}`, 10))).toBe("adjusted")
@@ -225,7 +215,7 @@ describe.skipIf(!standbyAvailable())("events through a failover to the synchrono
     await standby.end()
 
     // The link goes silent: 60 changes are acknowledged and published, and never reach the standby
-    // (their outbox sequence passes the 32 values the standby knows of).
+    // (their log positions pass those the standby knows of).
     pair.link.silence()
     for (const [index, user] of usersOn(p, "f", 60).entries())
       expect(await send(primary, adjust(user, `f${index}`, 20))).toBe("adjusted")
@@ -236,7 +226,7 @@ describe.skipIf(!standbyAvailable())("events through a failover to the synchrono
 
     const promoted = await coordinatorOn(pair.standbyUrl, options)
     closers.push(promoted.close)
-    const promotedPublisher = await publisherOn(nc!, promoted.outbox, { prefix, partitions })
+    const promotedPublisher = await publisherOn(nc!, promoted, { prefix, partitions })
     closers.push(promotedPublisher.close)
     acknowledged.clear()
     for (const [index, user] of usersOn(p, "g", 40).entries())
@@ -244,7 +234,7 @@ describe.skipIf(!standbyAvailable())("events through a failover to the synchrono
     const database = new pg.Client({ connectionString: pair.standbyUrl })
     await database.connect()
     closers.push(() => database.end())
-    await outboxEmptied(database)
+    await everythingPublished(promoted, pair.standbyUrl)
     const events = await streamEvents(nc!, stream)
     const checked = await streamAgainstDatabase(database, "quota", events, acknowledged)
     const figures = {

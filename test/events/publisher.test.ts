@@ -1,8 +1,10 @@
 /**
- * The publisher on its own (src/events/EventPublisher.ts), over the real Postgres outbox and real NATS
- * servers: it publishes a partition's events in recording order and removes them once acknowledged;
- * a partition this process may no longer serve publishes nothing more; and while JetStream is away it
- * keeps the events, retries, and warns at most once per interval, not per event.
+ * The publisher on its own (src/events/EventPublisher.ts), over the real Postgres partition log and
+ * real NATS servers: it publishes a partition's events in log order and counts a row as published once
+ * the stream acknowledged all of it; a partition this process may no longer serve publishes nothing
+ * more; while JetStream is away it keeps the events, retries, and warns at most once per interval, not
+ * per event; and a publisher that starts where another left off sends again only what the stream may
+ * lack.
  */
 import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
@@ -13,17 +15,17 @@ import { jetstreamManager } from "@nats-io/jetstream"
 import { Effect } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { eventSettingsDefaults } from "../../src/config/eventSettings.js"
-import type { StoreEvent } from "../../src/domain/events.js"
 import { partitionOf } from "../../src/domain/partition.js"
+import { EventQueue } from "../../src/events/EventQueue.js"
 import { makeEventPublisher } from "../../src/events/EventPublisher.js"
 import { makeJetStreamSink } from "../../src/events/JetStreamSink.js"
-import { OutboxCounts } from "../../src/events/OutboxCounts.js"
+import type { MetricsRecorder } from "../../src/ops/MetricsRecorder.js"
 import { noMetrics } from "../../src/ops/MetricsRecorder.js"
 import { migrate } from "../../src/store/postgres/migrate.js"
-import { makePostgresOutbox } from "../../src/store/postgres/outbox.js"
 import type { PostgresStore } from "../../src/store/postgres/PostgresStore.js"
 import { makePostgresStore } from "../../src/store/postgres/PostgresStore.js"
 import { acquireScoped, createTestSchema } from "../support/database.js"
+import { appendRows, eventLogOf, limitChanged, logRows } from "../support/eventLog.js"
 import { testEventsMaxBytes } from "../support/eventStreams.js"
 import { sleep, waitFor } from "../support/operations.js"
 import type { NatsServerProcess } from "../support/natsServerProcess.js"
@@ -63,111 +65,160 @@ const userOn = (partition: number, label: string): string => {
   }
 }
 
-const limitChanged = (user: string, limit: number): StoreEvent => ({
-  kind: "event",
-  user,
-  event: { event: "limit_changed", at: 1_790_000_000_000, meter: "tokens", limit }
-})
+const startPublisher = (
+  prefix: string,
+  connection: NatsConnection,
+  queue: EventQueue,
+  options: {
+    servable?: () => boolean
+    warn?: (message: string) => void
+    inFlightMax?: number
+    metrics?: MetricsRecorder
+  } = {}
+) =>
+  acquireScoped(
+    makeEventPublisher({
+      log: eventLogOf(database.pool(), database.schema, store.value),
+      sink: makeJetStreamSink(connection, prefix, {
+        ...eventSettingsDefaults,
+        maxBytes: testEventsMaxBytes,
+        enabled: true,
+        streamName: `${prefix.toUpperCase()}_EVENTS`,
+        outboxPerPartitionMax: 100,
+        usageRecorded: true
+      }),
+      queue,
+      prefix,
+      servable: options.servable ?? (() => true),
+      metrics: options.metrics ?? noMetrics,
+      warn: options.warn ?? (() => {}),
+      duplicateWindowMs: eventSettingsDefaults.duplicateWindowMs,
+      ...(options.inFlightMax === undefined ? {} : { inFlightMax: options.inFlightMax })
+    })
+  )
 
-const outbox = () =>
-  makePostgresOutbox(database.pool(), database.schema, 1_790_000_000_000, store.value.readSettled)
+/** The limits of the stream's messages, in stream order. */
+const streamLimits = async (stream: string): Promise<Array<number>> => {
+  const manager = await jetstreamManager(nc)
+  const info = await manager.streams.info(stream).catch(() => undefined)
+  const limits: Array<number> = []
+  if (info === undefined || info.state.messages === 0) return limits
+  for (let seq = info.state.first_seq; seq <= info.state.last_seq; seq += 1) {
+    const message = await manager.streams.getMessage(stream, { seq })
+    if (message !== null) limits.push(message.json<{ limit: number }>().limit)
+  }
+  return limits
+}
 
 describe("the publisher", () => {
-  it("publishes in recording order and removes what the stream acknowledged; a lost partition publishes nothing", async () => {
+  it("publishes in log order and counts a row published once acknowledged; a lost partition publishes nothing", async () => {
     const prefix = randomPrefix("pub")
     const stream = `${prefix.toUpperCase()}_EVENTS`
     const user = userOn(5, "pub")
-    // Twelve: the 10th must come after the 9th (an outbox read once ordered them as text).
+    // Twelve events in four rows: the 10th must come after the 9th (read back in position order).
     const written = Array.from({ length: 12 }, (_, index) => index + 1)
-    await Effect.runPromise(store.value.write(written.map((limit) => limitChanged(user, limit))))
+    const rows = [0, 1, 2, 3].map((row) =>
+      written.slice(row * 3, row * 3 + 3).map((limit) => limitChanged(user, limit))
+    )
+    await appendRows(store.value, 5, "a1", 1, rows)
     let servable = false
-    const counts = new OutboxCounts(100)
+    const queue = new EventQueue(100)
     const warnings: Array<string> = []
-    const publisher = await acquireScoped(
-      makeEventPublisher({
-        outbox: outbox(),
-        sink: makeJetStreamSink(nc, prefix, {
-          ...eventSettingsDefaults,
-          maxBytes: testEventsMaxBytes,
-          enabled: true,
-          streamName: stream,
-          outboxPerPartitionMax: 100,
-          usageRecorded: true
-        }),
-        counts,
-        prefix,
-        servable: () => servable,
-        metrics: noMetrics,
-        warn: (message) => warnings.push(message),
-        pollIntervalMs: 100
-      })
-    )
+    const publisher = await startPublisher(prefix, nc, queue, {
+      servable: () => servable,
+      warn: (message) => warnings.push(message),
+      inFlightMax: 5
+    })
+    queue.listen(publisher.value.wake)
     await Effect.runPromise(publisher.value.start([5]))
-    // Not servable (another process owns partition 5 now): nothing leaves, nothing is removed.
+    // Not servable (another process owns partition 5 now): nothing leaves, nothing counts as published.
     await sleep(500)
-    const manager = await jetstreamManager(nc)
-    const none = await manager.streams.info(stream).then(
-      (info) => info.state.messages,
-      () => 0
-    )
-    expect(none).toBe(0)
-    expect((await Effect.runPromise(outbox().read(5, 100))).length).toBe(12)
-    expect(counts.of(5)).toBe(12)
+    expect(await streamLimits(stream)).toEqual([])
+    expect(queue.of(5)).toBe(12)
+    expect(queue.publishedThrough(5, 4)).toBe(0)
 
     servable = true
     await waitFor(
-      async () => ((await Effect.runPromise(outbox().read(5, 100))).length === 0 ? true : undefined),
+      async () => (queue.of(5) === 0 ? true : undefined),
       5_000,
-      () => "the outbox was not emptied"
+      () => "the events were not published"
     )
-    const info = await manager.streams.info(stream)
-    const limits: Array<number> = []
-    for (let seq = info.state.first_seq; seq <= info.state.last_seq; seq += 1) {
-      const message = await manager.streams.getMessage(stream, { seq })
-      if (message !== null) limits.push(message.json<{ limit: number }>().limit)
-    }
-    expect(limits).toEqual(written)
-    expect(counts.of(5)).toBe(0)
+    expect(await streamLimits(stream)).toEqual(written)
+    expect(queue.publishedThrough(5, 4)).toBe(4)
     expect(warnings).toEqual([])
+    // A checkpoint that knows it deletes the rows: they are in the tables and in the stream.
+    await Effect.runPromise(store.value.checkpoint(5, [], 4, queue.publishedThrough(5, 4)))
+    expect(await logRows(database.pool(), database.schema, 5)).toBe(0)
     await publisher.close()
-    await manager.streams.delete(stream)
+    await (await jetstreamManager(nc)).streams.delete(stream)
   })
 
   it("keeps the events while JetStream is away, retrying, and warns once, not per event or partition", async () => {
     const prefix = randomPrefix("away")
     const awayConnection = await connect({ servers: withoutJetStream.url })
-    const users = [10, 11, 12].map((partition) => userOn(partition, "away"))
-    await Effect.runPromise(
-      store.value.write(users.flatMap((user) => [limitChanged(user, 1), limitChanged(user, 2)]))
-    )
-    const counts = new OutboxCounts(100)
+    for (const partition of [10, 11, 12]) {
+      const user = userOn(partition, "away")
+      await appendRows(store.value, partition, "b1", 1, [[limitChanged(user, 1), limitChanged(user, 2)]])
+    }
+    const queue = new EventQueue(100)
     const warnings: Array<string> = []
-    const publisher = await acquireScoped(
-      makeEventPublisher({
-        outbox: outbox(),
-        sink: makeJetStreamSink(awayConnection, prefix, {
-          ...eventSettingsDefaults,
-          maxBytes: testEventsMaxBytes,
-          enabled: true,
-          streamName: `${prefix.toUpperCase()}_EVENTS`,
-          outboxPerPartitionMax: 100,
-          usageRecorded: true
-        }),
-        counts,
-        prefix,
-        servable: () => true,
-        metrics: noMetrics,
-        warn: (message) => warnings.push(message),
-        pollIntervalMs: 100
-      })
-    )
+    const publisher = await startPublisher(prefix, awayConnection, queue, {
+      warn: (message) => warnings.push(message)
+    })
     await Effect.runPromise(publisher.value.start([10, 11, 12]))
     await sleep(3_000)
-    expect(warnings).toEqual(["events are not being published; they wait in the outbox"])
-    expect(counts.total()).toBe(6)
-    for (const partition of [10, 11, 12])
-      expect((await Effect.runPromise(outbox().read(partition, 10))).length).toBe(2)
+    expect(warnings).toEqual(["events are not being published; they wait in the log"])
+    expect(queue.total()).toBe(6)
+    for (const partition of [10, 11, 12]) {
+      expect(queue.publishedThrough(partition, 1)).toBe(0)
+      // Nothing counts as published: a checkpoint keeps the rows.
+      await Effect.runPromise(store.value.checkpoint(partition, [], 1, queue.publishedThrough(partition, 1)))
+      expect(await logRows(database.pool(), database.schema, partition)).toBe(1)
+    }
     await publisher.close()
     await awayConnection.close()
+  })
+
+  it("a publisher that starts where another left off sends again only what the stream may lack", async () => {
+    const prefix = randomPrefix("restart")
+    const stream = `${prefix.toUpperCase()}_EVENTS`
+    const user = userOn(20, "restart")
+    const limits = Array.from({ length: 9 }, (_, index) => index + 1)
+    await appendRows(
+      store.value,
+      20,
+      "c1",
+      1,
+      [0, 1, 2].map((row) => limits.slice(row * 3, row * 3 + 3).map((limit) => limitChanged(user, limit)))
+    )
+    const first = await startPublisher(prefix, nc, new EventQueue(100), { inFlightMax: 4 })
+    await Effect.runPromise(first.value.start([20]))
+    await waitFor(
+      async () => ((await streamLimits(stream)).length === 9 ? true : undefined),
+      5_000,
+      () => "the events were not published"
+    )
+    await first.close()
+    // Nothing recorded them as published (no checkpoint ran): the next publisher reads all nine back.
+    // With at most 4 in flight, the five before the stream's last event were acknowledged before it was
+    // sent: only the three just before it (and nothing after) may be missing, and are sent again.
+    const sent: Array<boolean> = []
+    const metrics: MetricsRecorder = {
+      ...noMetrics,
+      eventPublished: (_kind, duplicate) => sent.push(duplicate)
+    }
+    const second = await startPublisher(prefix, nc, new EventQueue(100), { inFlightMax: 4, metrics })
+    await Effect.runPromise(second.value.start([20]))
+    await waitFor(
+      async () => (sent.length === 3 ? true : undefined),
+      5_000,
+      () => `sent again: ${JSON.stringify(sent)}`
+    )
+    await sleep(300)
+    // Within the duplicate window: the stream keeps one copy of each.
+    expect(sent).toEqual([true, true, true])
+    expect(await streamLimits(stream)).toEqual(limits)
+    await second.close()
+    await (await jetstreamManager(nc)).streams.delete(stream)
   })
 })

@@ -1,9 +1,10 @@
 /**
  * Issue 34, item 2: event ids through a restore, done as an operator would: `pg_dump` of the schema,
  * changes, the coordinator stopped, `pg_restore --clean`, the coordinator started again, other changes.
- * The restored outbox sequence resumes where the dump left it, so ids of `<database tag>-<sequence>`
- * alone are handed out again: the publisher took the stream's last id as covering them and removed
- * the new events unpublished. Required: every change acknowledged after the restore has its own event
+ * Ids of `<database tag>-<sequence>` alone were handed out again after a restore (the sequence resumed
+ * where the dump left it): the publisher took the stream's last id as covering them and removed the
+ * new events unpublished. Ids are now `<database tag>-<claim token>-<position>-<index>`, and every claim
+ * has a new token. Required: every change acknowledged after the restore has its own event
  * in the stream, no id twice; what the stream holds beyond `used` is exactly what the restore took back.
  *
  * This machine's Postgres (the file's own schema) and NATS with JetStream; pg_dump and pg_restore on PATH.
@@ -21,10 +22,11 @@ import type { Command } from "../../src/domain/commands.js"
 import { partitionOf } from "../../src/domain/partition.js"
 import type { TestSchema } from "../support/database.js"
 import { createTestSchema } from "../support/database.js"
-import { sleep, waitFor } from "../support/operations.js"
+import { sleep } from "../support/operations.js"
 import { randomPrefix } from "../support/processes.js"
 import {
   coordinatorOn,
+  everythingPublished,
   publisherOn,
   streamAgainstDatabase,
   streamEvents,
@@ -77,23 +79,14 @@ const runCoordinator = async (label: string, amount: number, acknowledged: Set<s
     queryTimeoutMs: 5_000,
     schema: database.schema
   })
-  const publisher = await publisherOn(nc, coordinator.outbox, { prefix, partitions })
+  const publisher = await publisherOn(nc, coordinator, { prefix, partitions })
   try {
     for (const [index, user] of users(label, 20).entries()) {
       const { status } = await coordinator.submit(adjust(user, `${label}${index}`, amount))
       expect(status).toBe("adjusted")
       acknowledged.add(`${user}/${label}${index}`)
     }
-    const pool = database.pool({ max: 1 })
-    await waitFor(
-      async () =>
-        (await pool.query(`select 1 from "${database.schema}".events_outbox limit 1`)).rowCount === 0
-          ? true
-          : undefined,
-      20_000,
-      () => "the outbox was not emptied"
-    )
-    await pool.end()
+    await everythingPublished(coordinator, database.connectionString, database.schema)
     await sleep(300)
   } finally {
     await publisher.close()

@@ -21,15 +21,6 @@ export interface Violation {
   readonly what: string
 }
 
-/** A process's JSON log line, or nothing of it when the line is not JSON. */
-const parseLogLine = (line: string): { time?: number; user?: string } => {
-  try {
-    return JSON.parse(line) as { time?: number; user?: string }
-  } catch {
-    return {}
-  }
-}
-
 export class Monitor {
   readonly violations: Array<Violation> = []
   /** Replies judged against the model, and how many were wrong. */
@@ -38,8 +29,6 @@ export class Monitor {
   private readonly judgedCalls = new Set<Call>()
   private lastDatabaseCheck = 0
   private failuresSeen = 0
-  /** How far each process's output was read for duplicate refusals (a whole line's end). */
-  private readonly scanned = new Map<ServeProcess, number>()
 
   constructor(
     private readonly world: NemesisWorld,
@@ -70,33 +59,6 @@ export class Monitor {
           `process exited on its own: m${member.index} #${incarnation} ` +
             `(${serve.child.exitCode ?? serve.child.signalCode}); last line: ${last.slice(0, 400)}`
         )
-      })
-  }
-
-  /**
-   * A write Postgres refused because its ledger key was applied already (`usage_ledger_applied_once`):
-   * the process decided again a change that had landed (in a commit of unknown outcome), so its memory
-   * was behind the database (issue 26, item 1).
-   */
-  checkDuplicateRefusals(): void {
-    for (const member of this.world.members)
-      member.incarnations.forEach((serve, incarnation) => {
-        const output = serve.output()
-        const from = this.scanned.get(serve) ?? 0
-        const to = output.lastIndexOf("\n") + 1
-        if (to <= from) return
-        this.scanned.set(serve, to)
-        for (const line of output.slice(from, to).split("\n")) {
-          if (!line.includes("usage_ledger_applied_once")) continue
-          const entry = parseLogLine(line)
-          const atMs =
-            (entry.time ?? Date.now() + this.world.worldOffsetMs) - this.world.worldOffsetMs - this.startedAt
-          this.add(
-            `memory behind the database: m${member.index} #${incarnation} wrote for ${entry.user ?? "?"} ` +
-              `a ledger key already applied (usage_ledger_applied_once) at +${atMs} ms`,
-            atMs
-          )
-        }
       })
   }
 
@@ -144,7 +106,6 @@ export class Monitor {
   async check(): Promise<void> {
     this.checkExits()
     this.checkFailures()
-    this.checkDuplicateRefusals()
     this.judgeReplies()
     if (Date.now() - this.lastDatabaseCheck >= 5_000) {
       this.lastDatabaseCheck = Date.now()

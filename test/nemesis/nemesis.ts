@@ -105,11 +105,7 @@ export interface NemesisResult {
   /** Replies judged against the model, and how many were wrong. */
   readonly judged: { readonly replies: number; readonly wrong: number }
   readonly events:
-    | Pick<
-        Awaited<ReturnType<typeof checkEvents>>,
-        "messages" | "byKind" | "outboxSequence" | "streamSequenceMax"
-      >
-    | undefined
+    Pick<Awaited<ReturnType<typeof checkEvents>>, "messages" | "byKind" | "claimsInStream"> | undefined
   readonly unserved: Omit<UnservedReport, "violations"> | undefined
   readonly staleAnswers: number
   readonly wallMs: number
@@ -355,8 +351,7 @@ export const runNemesis = async (options: NemesisOptions): Promise<NemesisResult
           : {
               messages: events.messages,
               byKind: events.byKind,
-              outboxSequence: events.outboxSequence,
-              streamSequenceMax: events.streamSequenceMax
+              claimsInStream: events.claimsInStream
             },
       unserved: { boundMs, longestSingle, longestOverlapping },
       staleAnswers: stale.count,

@@ -43,7 +43,7 @@ export const describeRun = (run: Omit<NemesisResult, "logs">): string =>
   `(${run.counts.granted} holds granted, ${run.counts.refused} refused, ${run.counts.commits} commits, ` +
   `${run.counts.consumes} consumes, ${run.counts.acquired} slots acquired, ${run.counts.busy} busy, ` +
   `${run.counts.reads} reads); ${run.judged.replies} replies judged, ${run.judged.wrong} wrong; ` +
-  `${run.events === undefined ? "events not read" : `${run.events.messages} events ${JSON.stringify(run.events.byKind)} (outbox sequence ${run.events.outboxSequence}, highest id in the stream ${run.events.streamSequenceMax})`}; ` +
+  `${run.events === undefined ? "events not read" : `${run.events.messages} events ${JSON.stringify(run.events.byKind)} (ids of ${run.events.claimsInStream} claims)`}; ` +
   `${run.staleAnswers} stale answers in the logs; ${describeUnserved(run)}; ` +
   `${run.failedCalls} calls unresolved (${run.uncertainUsers} users uncertain); ` +
   `${run.violations.length} violations` +

@@ -248,7 +248,15 @@ export const openWorld = async (options: WorldOptions): Promise<NemesisWorld> =>
     ...members[index]!.env
   }))
   started.forEach((member, index) => members[index]!.incarnations.push(member.serve))
-  const tables = ["holds", "usage_ledger", "usage_totals", "slots", "user_limits"]
+  const tables = [
+    "partition_log",
+    "partition_progress",
+    "holds",
+    "usage_ledger",
+    "usage_totals",
+    "slots",
+    "user_limits"
+  ]
   await database.pool.query(doubtSql(tables))
   const world: NemesisWorld = {
     dir,

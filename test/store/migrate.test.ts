@@ -31,7 +31,6 @@ describe("migrate", () => {
     const first = await Effect.runPromise(migrate(pool, database.schema))
     expect(first).toEqual({ applied: knownVersions, version: latestVersion })
     expect(await tablesOf(database.schema)).toEqual([
-      "events_outbox",
       "holds",
       "members",
       "partition_log",

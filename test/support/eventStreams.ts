@@ -44,17 +44,16 @@ export const deleteLeftoverStreams = async (natsUrl: string, now = Date.now()): 
 }
 
 /**
- * Events recorded and not yet published (a `serve`'s database, schema `quota`): the outbox's rows, and
- * the events of the logs' rows not yet checkpointed into it.
+ * Events recorded and not yet published (a `serve`'s database, schema `quota`): the events of the
+ * partition logs' rows past each partition's published mark.
  */
 export const outboxRowCount = async (pool: pg.Pool): Promise<number> =>
   Number(
     (
       await pool.query<{ rows: string }>(
-        `select (select count(*) from quota.events_outbox)
-           + (select coalesce(sum(log.events), 0) from quota.partition_log as log
-              left join quota.partition_progress as progress using (partition)
-              where log.position > coalesce(progress.checkpointed, 0)) as rows`
+        `select coalesce(sum(log.events), 0)::text as rows from quota.partition_log as log
+           left join quota.partition_progress as progress using (partition)
+           where log.position > coalesce(progress.published, 0)`
       )
     ).rows[0]?.rows
   )

@@ -1,32 +1,35 @@
 /**
  * What the failover and restore tests of issue 34 share: a coordinator wired as `serve` wires it (the
- * Postgres store layer, its outbox, the actors) on a database URL (a standby pair's of
- * test/nemesis/standby.ts, or this machine's), an events publisher over that outbox, the events a
- * stream holds, and what they say against the database.
+ * Postgres store layer, its partition logs, the actors, their events queue) on a database URL (a
+ * standby pair's of test/nemesis/standby.ts, or this machine's), an events publisher over those logs,
+ * the events a stream holds, and what they say against the database.
  */
 import { jetstreamManager } from "@nats-io/jetstream"
 import type { NatsConnection } from "@nats-io/transport-node"
 import { Context, Effect, Layer } from "effect"
-import type pg from "pg"
+import pg from "pg"
 import { Coordinator, coordinatorLayer } from "../../src/actors/Coordinator.js"
 import { eventSettingsDefaults } from "../../src/config/eventSettings.js"
 import type { Command } from "../../src/domain/commands.js"
 import { defaultConfig } from "../../src/domain/config.js"
 import type { Result } from "../../src/domain/results.js"
+import type { EventLogShape } from "../../src/events/EventLog.js"
+import { EventLog } from "../../src/events/EventLog.js"
 import type { EventPublisher } from "../../src/events/EventPublisher.js"
 import { makeEventPublisher } from "../../src/events/EventPublisher.js"
+import { EventQueue } from "../../src/events/EventQueue.js"
 import { makeJetStreamSink } from "../../src/events/JetStreamSink.js"
-import type { OutboxShape } from "../../src/events/Outbox.js"
-import { Outbox } from "../../src/events/Outbox.js"
-import { OutboxCounts } from "../../src/events/OutboxCounts.js"
 import { noMetrics } from "../../src/ops/MetricsRecorder.js"
+import { checkpointAll } from "../../src/store/postgres/partitionLog.js"
 import { postgresStoreLayer } from "../../src/store/postgres/PostgresStore.js"
 import { acquireScoped } from "./database.js"
 import { testEventsMaxBytes } from "./eventStreams.js"
+import { waitFor } from "./operations.js"
 
 export interface TestCoordinator {
   readonly submit: (command: Command) => Promise<Result>
-  readonly outbox: OutboxShape
+  readonly log: EventLogShape
+  readonly queue: EventQueue
   readonly close: () => Promise<void>
 }
 
@@ -41,10 +44,12 @@ export const coordinatorOn = async (
     readonly schema?: string
   }
 ): Promise<TestCoordinator> => {
+  const queue = new EventQueue(10_000)
   const layer = coordinatorLayer({
     config: defaultConfig,
     sweepIntervalMs: 0,
-    partitions: options.partitions
+    partitions: options.partitions,
+    eventQueue: queue
   }).pipe(
     Layer.provideMerge(
       postgresStoreLayer({
@@ -52,19 +57,21 @@ export const coordinatorOn = async (
         ...(options.schema === undefined ? {} : { schema: options.schema }),
         prefix: options.prefix,
         partitions: options.partitions,
-        queryTimeoutMs: options.queryTimeoutMs
+        queryTimeoutMs: options.queryTimeoutMs,
+        eventQueue: queue
       })
     )
   )
   const built = await acquireScoped(
     Effect.map(Layer.build(layer), (context) => ({
       coordinator: Context.get(context, Coordinator),
-      outbox: Context.get(context, Outbox)
+      log: Context.get(context, EventLog)
     }))
   )
   return {
     submit: (command) => Effect.runPromise(built.value.coordinator.submit(command)),
-    outbox: built.value.outbox,
+    log: built.value.log,
+    queue,
     close: built.close
   }
 }
@@ -72,15 +79,15 @@ export const coordinatorOn = async (
 /** The events stream of `prefix` as serve names it. */
 export const streamOf = (prefix: string): string => `${prefix.toUpperCase()}_EVENTS`
 
-/** A publisher of every partition of `outbox`, polling often (the tests wait for it). */
+/** A publisher of every partition of `coordinator`'s logs, woken by its appends, as serve wires one. */
 export const publisherOn = async (
   nc: NatsConnection,
-  outbox: OutboxShape,
+  coordinator: Pick<TestCoordinator, "log" | "queue">,
   options: { readonly prefix: string; readonly partitions: number }
 ): Promise<{ readonly publisher: EventPublisher; readonly close: () => Promise<void> }> => {
   const built = await acquireScoped(
     makeEventPublisher({
-      outbox,
+      log: coordinator.log,
       sink: makeJetStreamSink(nc, options.prefix, {
         ...eventSettingsDefaults,
         maxBytes: testEventsMaxBytes,
@@ -89,19 +96,42 @@ export const publisherOn = async (
         outboxPerPartitionMax: 10_000,
         usageRecorded: true
       }),
-      counts: new OutboxCounts(10_000),
+      queue: coordinator.queue,
       prefix: options.prefix,
       servable: () => true,
       metrics: noMetrics,
       warn: () => {},
-      pollIntervalMs: 100,
-      idleRecheckIntervalMs: 200
+      duplicateWindowMs: eventSettingsDefaults.duplicateWindowMs
     })
   )
+  coordinator.queue.listen(built.value.wake)
   await Effect.runPromise(
     built.value.start(Array.from({ length: options.partitions }, (_, partition) => partition))
   )
   return { publisher: built.value, close: built.close }
+}
+
+/**
+ * Until `coordinator`'s publishers have read their logs and published everything, then a moment for
+ * the last acknowledgements; and the tables at `url` brought up to the logs, for what reads them.
+ */
+export const everythingPublished = async (
+  coordinator: Pick<TestCoordinator, "queue">,
+  url: string,
+  schema = "quota"
+): Promise<void> => {
+  await waitFor(
+    async () => (coordinator.queue.idle() ? true : undefined),
+    30_000,
+    () => "the events were not all published"
+  )
+  await new Promise((resolve) => setTimeout(resolve, 500))
+  const pool = new pg.Pool({ connectionString: url, max: 1 })
+  try {
+    await checkpointAll(pool, schema)
+  } finally {
+    await pool.end()
+  }
 }
 
 /** An event as the stream holds it: its Nats-Msg-Id and its body's fields. */

@@ -40,3 +40,8 @@ alter table usage_totals set (fillfactor = 70);
 -- keys applied twice with a query. The consume keys of a hold are found through this index instead.
 drop index usage_ledger_applied_once;
 create index usage_ledger_consume_keys on usage_ledger (user_id, hold_id) where operation = 'consume';
+
+-- The log is the outbox: events are published from its rows (their ids from the row's token, position
+-- and the event's index), so the separate outbox and the incarnation its ids needed go.
+drop table events_outbox;
+drop function database_incarnation(regclass);

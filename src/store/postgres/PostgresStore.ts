@@ -26,9 +26,8 @@ import { CommitNotReplicated, PartitionsFenced, WriteOutcomeUnknown } from "../F
 import type { SettledRead } from "./outcomeDoubts.js"
 import { identifyBackend, makeOutcomeDoubts } from "./outcomeDoubts.js"
 import type { MetricsRecorder } from "../../ops/MetricsRecorder.js"
-import type { OutboxCounts } from "../../events/OutboxCounts.js"
-import { Outbox } from "../../events/Outbox.js"
-import { makePostgresOutbox } from "./outbox.js"
+import type { EventQueue } from "../../events/EventQueue.js"
+import { EventLog } from "../../events/EventLog.js"
 import { partitionOf } from "../../domain/partition.js"
 import { noMetrics } from "../../ops/MetricsRecorder.js"
 import type { GroupCommitStats } from "../GroupCommit.js"
@@ -57,7 +56,7 @@ import {
 import type { FencedWrite } from "./writeEvents.js"
 import { pingWritable, refuseUnlessWritable } from "./writablePrimary.js"
 import type { LogAppend, LogEntry } from "./partitionLog.js"
-import { appendGroup, checkpointPartition, logStatements, makeTurns } from "./partitionLog.js"
+import { appendGroup, checkpointPartition, logStatements, makeEventLog, makeTurns } from "./partitionLog.js"
 import { waitUntilReplicated } from "./replication.js"
 
 /** The schema when configuration names none. */
@@ -80,11 +79,11 @@ export interface PostgresStoreOptions {
   /** Told of every group commit's duration and of fenced writes (default: metrics off). */
   readonly metrics?: MetricsRecorder
   /**
-   * The events outbox as this process counts it: a write that would take a partition's outbox past
-   * its cap is refused (`StoreUnavailable`) before it is sent, and each commit's events are counted.
-   * Absent: events are recorded without a cap (tests of the store alone).
+   * The events waiting to be published as this process counts them: an append that would take a
+   * partition past its cap is refused (`StoreUnavailable`) before it is sent, and each append's events
+   * are counted. Absent: events are recorded without a cap (tests of the store alone).
    */
-  readonly outboxCounts?: OutboxCounts
+  readonly eventQueue?: EventQueue
   /** false: events are not recorded (QUOTA_EVENTS_ENABLED=false). Default true. */
   readonly recordEvents?: boolean
   /**
@@ -309,12 +308,26 @@ export const makePostgresStore = (
     // start opening every partition leaves the pool to loads and appends, and never times out waiting.
     const checkpointTurns = makeTurns(checkpointsInFlightMax)
     /** One checkpoint transaction of a partition; a COMMIT of unknown outcome is settled before anything reads. */
-    const checkpointOnce = (partition: number, known: ReadonlyArray<LogEntry>, through: number) =>
+    const checkpointOnce = (
+      partition: number,
+      known: ReadonlyArray<LogEntry>,
+      through: number,
+      published: number | undefined
+    ) =>
       Effect.tryPromise({
         try: () =>
           checkpointTurns.run(async () => {
             if (doubts.pending()) await doubts.settle()
-            return await checkpointPartition(pool, log, partition, known, through, pipelined, identify)
+            return await checkpointPartition(
+              pool,
+              log,
+              partition,
+              known,
+              through,
+              published,
+              pipelined,
+              identify
+            )
           }),
         catch: (cause) => {
           if (cause instanceof WriteOutcomeUnknown) doubts.add(cause.backend)
@@ -345,7 +358,7 @@ export const makePostgresStore = (
       queriesInFlightMax: storeLoadsInFlightMax
     })
 
-    const { outboxCounts } = options
+    const { eventQueue } = options
     const recordEvents = options.recordEvents ?? true
     /** One submission: a group never splits it, so the write is all or nothing (see GroupCommit). */
     // Appends and a test's seeds never share a group: the first write of a group says which it is.
@@ -365,17 +378,17 @@ export const makePostgresStore = (
           : events
         return submit(kept, target)
       }
-      if (outboxCounts === undefined) return submit(events, target)
+      if (eventQueue === undefined) return submit(events, target)
       const recording = eventsByPartition(events, target, partitions)
       if (recording.size === 0) return submit(events, target)
-      const full = outboxCounts.overflowing(recording)
+      const full = eventQueue.overflowing(recording)
       if (full !== undefined)
         return Effect.fail(
           new StoreUnavailable({
-            reason: `the events outbox of partition ${full} holds ${outboxCounts.of(full)} events not yet published (QUOTA_EVENTS_OUTBOX_MAX ${outboxCounts.perPartitionMax}): is JetStream taking events?`
+            reason: `partition ${full} holds ${eventQueue.of(full)} events not yet published (QUOTA_EVENTS_OUTBOX_MAX ${eventQueue.perPartitionMax}): is JetStream taking events?`
           })
         )
-      return Effect.tap(submit(events, target), () => Effect.sync(() => outboxCounts.recorded(recording)))
+      return Effect.tap(submit(events, target), () => Effect.sync(() => eventQueue.recorded(recording)))
     }
 
     // One check at a time: a stuck pool would otherwise gather one waiting check per interval.
@@ -404,11 +417,8 @@ export const makePostgresStore = (
           )
         }),
       write,
-      checkpoint: (partition, known, through) =>
-        Effect.map(checkpointOnce(partition, known, through), ({ checkpointed, projected }) => {
-          if (projected > 0) options.outboxCounts?.checkpointed(partition)
-          return checkpointed
-        }),
+      checkpoint: (partition, known, through, published) =>
+        Effect.map(checkpointOnce(partition, known, through, published), ({ checkpointed }) => checkpointed),
       openPartition: (partition) =>
         Effect.gen(function* () {
           const state = yield* Effect.tryPromise({
@@ -427,8 +437,7 @@ export const makePostgresStore = (
             return { nextPosition: Math.max(Number(last), Number(checkpointed)) + 1 }
           // The tail a previous owner left, brought into the tables before anything of it is loaded.
           for (;;) {
-            const outcome = yield* checkpointOnce(partition, [], Infinity)
-            if (outcome.projected > 0) options.outboxCounts?.checkpointed(partition)
+            const outcome = yield* checkpointOnce(partition, [], Infinity, undefined)
             if (outcome.projected < checkpointRowsPerTransactionMax)
               return { nextPosition: Math.max(outcome.last, outcome.checkpointed) + 1 }
           }
@@ -545,7 +554,7 @@ export interface PostgresStoreLayerOptions {
   /** Delete the usage of periods older than kept (revision 1.3); absent: keep every period. */
   readonly usageRetention?: UsageRetention
   readonly metrics?: MetricsRecorder
-  readonly outboxCounts?: OutboxCounts
+  readonly eventQueue?: EventQueue
   readonly recordEvents?: boolean
   /** Told of each attempt at start that found no server answering (the start waits, storeStartWaitMs). */
   readonly onStartWait?: (attempt: number, reason: string) => void
@@ -609,7 +618,7 @@ export const scopedPool = (config: pg.PoolConfig): Effect.Effect<pg.Pool, never,
  */
 export const postgresStoreLayer = (
   options: PostgresStoreLayerOptions
-): Layer.Layer<Store | Outbox, PostgresStoreLayerError> =>
+): Layer.Layer<Store | EventLog, PostgresStoreLayerError> =>
   Layer.effectContext(
     Effect.gen(function* () {
       const schema = options.schema ?? defaultSchema
@@ -648,7 +657,7 @@ export const postgresStoreLayer = (
         partitions: options.partitions,
         ...(options.fence === undefined ? {} : { fence: options.fence }),
         ...(options.metrics === undefined ? {} : { metrics: options.metrics }),
-        ...(options.outboxCounts === undefined ? {} : { outboxCounts: options.outboxCounts }),
+        ...(options.eventQueue === undefined ? {} : { eventQueue: options.eventQueue }),
         ...(options.recordEvents === undefined ? {} : { recordEvents: options.recordEvents }),
         pipelined,
         ...(options.eventsPerCommitMax === undefined
@@ -666,7 +675,7 @@ export const postgresStoreLayer = (
         )
       }
       return Context.make(Store, store as StoreShape).pipe(
-        Context.add(Outbox, makePostgresOutbox(pool, schema, stored.createdAt, store.readSettled))
+        Context.add(EventLog, makeEventLog(pool, schema, stored.createdAt, store.readSettled))
       )
     })
   )

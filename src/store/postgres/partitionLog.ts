@@ -12,13 +12,17 @@
  *   rows both checkpointed and published. The projection is the rows' events collapsed to their last
  *   image per table row (writeEvents.ts): deterministic from the log, so it needs no fence.
  */
+import { Effect } from "effect"
 import pg from "pg"
+import type { EventLogShape } from "../../events/EventLog.js"
+import type { PublishedEvent, QueuedRow } from "../../events/EventQueue.js"
 import type { StoreEvent } from "../../domain/events.js"
 import { checkpointRowsPerTransactionMax } from "../../domain/limits.js"
 import type { BackendIdentity, Fence } from "../Fence.js"
 import { CommitNotReplicated, PartitionsFenced, WriteOutcomeUnknown } from "../Fence.js"
 import type { WriteTarget } from "../Store.js"
 import { withCheckedOutClient } from "./checkedOutClient.js"
+import { storeUnavailable } from "./errors.js"
 import type { FencedWrite, GroupQuery, WriteStatements } from "./writeEvents.js"
 import {
   collapseWrites,
@@ -57,11 +61,27 @@ const logStatementTexts = (schema: string) => ({
     select position::text as position, body from "${schema}".partition_log
     where partition = $1 and position > $2 and position <= $3 and not (position = any($4::bigint[]))
     order by position limit $5`,
-  setCheckpointed: `
-    update "${schema}".partition_progress set checkpointed = $2 where partition = $1`,
+  // Never backwards: a publisher's mark from before a hand-off may come late.
+  setProgress: `
+    update "${schema}".partition_progress
+    set checkpointed = greatest(checkpointed, $2), published = greatest(published, coalesce($3, published))
+    where partition = $1
+    returning published::text as published`,
+  // Rows both in the tables and wholly in the stream are done with.
   trim: `
-    delete from "${schema}".partition_log
-    where partition = $1 and position <= least($2::bigint, $3::bigint)`,
+    delete from "${schema}".partition_log as log
+    using "${schema}".partition_progress as progress
+    where log.partition = $1 and progress.partition = $1
+      and log.position <= least(progress.checkpointed, progress.published)`,
+  // A publisher's start: the rows with events after a position ($2; null: after the published mark).
+  unpublished: `
+    select log.position::text as position, log.token, log.body, progress.published::text as published
+    from "${schema}".partition_progress as progress
+    left join "${schema}".partition_log as log
+      on log.partition = progress.partition and log.events > 0
+        and log.position > coalesce($2::bigint, progress.published)
+    where progress.partition = $1
+    order by log.position limit $3`,
   lastPosition: `
     select coalesce(max(position), 0)::text as last from "${schema}".partition_log where partition = $1`,
   // Where a partition's log stands: nothing to bring in when `last` is not past `checkpointed`.
@@ -148,7 +168,9 @@ export interface CheckpointOutcome {
  * checkpointRowsPerTransactionMax of them; the caller loops until none is left) into the tables, in one
  * transaction; `known` are rows the caller holds (its own appends, confirmed): only the others are read
  * back. `through` may name positions with no row (an append that failed): every append at or below it
- * must be final (committed or not) when this runs. The reads go one by one (what to project depends on
+ * must be final (committed or not) when this runs. `published`: every row at or below it is wholly in
+ * the events stream (undefined: the caller does not know); rows both checkpointed and published are
+ * deleted. The reads go one by one (what to project depends on
  * them); the writes and COMMIT go in one round trip when `pipelined`. Returns where the checkpoint
  * stands. A COMMIT left without an answer throws WriteOutcomeUnknown (the store settles it).
  */
@@ -158,6 +180,7 @@ export const checkpointPartition = async (
   partition: number,
   known: ReadonlyArray<LogEntry>,
   through: number,
+  published: number | undefined,
   pipelined: boolean,
   identify?: (client: pg.PoolClient) => Promise<BackendIdentity>
 ): Promise<CheckpointOutcome> =>
@@ -211,10 +234,8 @@ export const checkpointPartition = async (
               )
             )
           ]
-    if (newCheckpointed !== checkpointed)
-      writes.push({ ...statements.setCheckpointed, values: [partition, newCheckpointed] })
-    // Events are published from the outbox the projection fills: a checkpointed row is done with.
-    writes.push({ ...statements.trim, values: [partition, newCheckpointed, newCheckpointed] })
+    writes.push({ ...statements.setProgress, values: [partition, newCheckpointed, published ?? null] })
+    writes.push({ ...statements.trim, values: [partition] })
     writes.push({ text: "commit", values: [] })
     // A cancel of the COMMIT's wait for the synchronous standby answers COMMIT with only a warning.
     let unreplicated: string | undefined
@@ -259,7 +280,7 @@ export const checkpointAll = async (pool: pg.Pool, schema: string): Promise<numb
   let projected = 0
   for (const { partition } of pending.rows) {
     for (;;) {
-      const outcome = await checkpointPartition(pool, statements, partition, [], Infinity, false)
+      const outcome = await checkpointPartition(pool, statements, partition, [], Infinity, undefined, false)
       projected += outcome.projected
       if (outcome.projected < checkpointRowsPerTransactionMax) break
     }
@@ -282,5 +303,47 @@ export const makeTurns = (max: number) => {
         waiting.shift()?.()
       }
     }
+  }
+}
+
+/** The publisher's view of the log (src/events/EventLog.ts), read as loads are: after doubts settle. */
+export const makeEventLog = (
+  pool: pg.Pool,
+  schema: string,
+  createdAt: number,
+  readSettled: <A>(read: () => Promise<A>) => Promise<A>
+): EventLogShape => {
+  const statements = logStatements(schema)
+  return {
+    databaseTag: createdAt.toString(36),
+    unpublished: (partition, after, limit) =>
+      Effect.tryPromise({
+        try: async () => {
+          await pool.query(statements.ensureProgress.text, [partition])
+          const result = await readSettled(() =>
+            pool.query<{ position: string | null; token: string; body: string; published: string }>(
+              statements.unpublished.text,
+              [partition, after ?? null, limit]
+            )
+          )
+          return {
+            published: Number(result.rows[0]?.published ?? 0),
+            rows: result.rows.flatMap((row): Array<QueuedRow> =>
+              row.position === null
+                ? []
+                : [
+                    {
+                      position: Number(row.position),
+                      token: row.token,
+                      events: decodeBody(row.body).filter(
+                        (event): event is PublishedEvent => event.kind === "event"
+                      )
+                    }
+                  ]
+            )
+          }
+        },
+        catch: storeUnavailable(`read the unpublished log of partition ${partition}`)
+      })
   }
 }

@@ -11,22 +11,11 @@ import type { BackendIdentity, Fence } from "../Fence.js"
 import type { WriteTarget } from "../Store.js"
 import { CommitNotReplicated, PartitionsFenced, WriteOutcomeUnknown } from "../Fence.js"
 import { integerArrayLiteral, textArrayLiteral } from "./arrayLiteral.js"
-import { incarnationSql } from "./incarnation.js"
 import { toStoredTextOrNull } from "./storedText.js"
 import { withCheckedOutClient } from "./checkedOutClient.js"
 
 /** The domain's null period (a meter with period `none`) as stored; see migrations/0001_initial.sql. */
 export const periodNoneSentinel = -1
-
-/**
- * The first key of the transaction-scoped advisory lock on a partition's outbox ("QOUT"; the member
- * locks use another). Group commits run several transactions at once, and `seq` is drawn when a row is
- * inserted, not when it commits: without the lock, a later seq of a partition could commit before an
- * earlier one, and the publisher, which takes what the stream already holds up to the last published
- * seq as published (EventPublisher.ts), would skip the earlier row for good. Holding the partition's
- * lock from before the insert to the commit makes its rows commit in seq order.
- */
-export const outboxLockNamespace = 0x51_4f_55_54
 
 export const storedPeriodStart = (periodStart: number | null): number => periodStart ?? periodNoneSentinel
 
@@ -50,8 +39,6 @@ export interface CollapsedGroup {
   readonly periodFloors: ReadonlyArray<{ readonly user: string; readonly at: number }>
   readonly limitsSet: ReadonlyArray<{ readonly user: string; readonly meter: string; readonly limit: number }>
   readonly limitsRemoved: ReadonlyArray<{ readonly user: string; readonly meter: string }>
-  /** Events to publish, in decision order (appended as they are, like the ledger). */
-  readonly events: ReadonlyArray<InPartition<Extract<StoreEvent, { kind: "event" }>>>
 }
 
 /** A map key for (user, x) that no two different pairs share: the user's length comes first. */
@@ -79,7 +66,6 @@ export const collapseWrites = (
   const plans = new Map<string, { user: string; plan: string }>()
   const periodFloors = new Map<string, { user: string; at: number }>()
   const limits = new Map<string, Extract<StoreEvent, { kind: "limit" }>>()
-  const published: Array<InPartition<Extract<StoreEvent, { kind: "event" }>>> = []
   for (const { events, target } of writes) {
     const fixed = target?.partition
     for (const event of events) {
@@ -116,7 +102,7 @@ export const collapseWrites = (
           limits.set(pairKey(event.user, event.meter), event)
           break
         case "event":
-          published.push({ ...event, partition: partition() })
+          // Published from the partition's log (EventPublisher.ts): no table holds it.
           break
       }
     }
@@ -134,8 +120,7 @@ export const collapseWrites = (
     limitsSet: limitEvents.flatMap((event) =>
       event.limit === null ? [] : [{ user: event.user, meter: event.meter, limit: event.limit }]
     ),
-    limitsRemoved: limitEvents.flatMap((event) => (event.limit === null ? [event] : [])),
-    events: published
+    limitsRemoved: limitEvents.flatMap((event) => (event.limit === null ? [event] : []))
   }
 }
 
@@ -171,20 +156,6 @@ const statementTexts = (schema: string) => ({
       as row (user_id, meter, period_start, used, crossed, partition)
     on conflict (user_id, meter, period_start) do update
       set used = excluded.used, thresholds_crossed = excluded.thresholds_crossed`,
-  // Before the outbox rows: one transaction at a time records events of a partition, so a partition's
-  // rows are committed in seq order (see outboxLockNamespace). Partitions in ascending order: no
-  // deadlock between two groups.
-  lockOutboxPartitions: `
-    select pg_advisory_xact_lock(${outboxLockNamespace}, partition)
-    from unnest($1::integer[]) as locked (partition) order by partition`,
-  // In array order (with ordinality): seq follows the order of the decisions. Each row is stamped with
-  // the database's incarnation: with seq, its event id, unique across promotions and restores.
-  insertEvents: `
-    insert into "${schema}".events_outbox (partition, user_id, kind, at, body, incarnation)
-    select partition, user_id, kind, at, body, ${incarnationSql(schema, "events_outbox")}
-    from unnest($1::integer[], $2::text[], $3::text[], $4::bigint[], $5::text[]) with ordinality
-      as event (partition, user_id, kind, at, body, position)
-    order by position`,
   upsertSlots: `
     insert into "${schema}".slots (user_id, job, lease_expires_at, partition)
     select * from unnest($1::text[], $2::text[], $3::bigint[], $4::integer[])
@@ -309,18 +280,7 @@ export const groupQueries = (
   const add = (statement: NamedStatement, rowCount: number, values: ReadonlyArray<unknown>): void => {
     if (rowCount > 0) queries.push({ ...statement, values })
   }
-  const {
-    holds,
-    ledger,
-    usage,
-    slotsSet,
-    slotsFreed,
-    plans,
-    periodFloors,
-    limitsSet,
-    limitsRemoved,
-    events
-  } = group
+  const { holds, ledger, usage, slotsSet, slotsFreed, plans, periodFloors, limitsSet, limitsRemoved } = group
   const text = <Row>(rows: ReadonlyArray<Row>, column: (row: Row) => string | null): string =>
     textArrayLiteral(rows.map(column))
   /** A column of users, hold ids, keys or jobs: stored as storedText.ts says (U+0000 escaped). */
@@ -386,16 +346,6 @@ export const groupQueries = (
   add(statements.deleteLimits, limitsRemoved.length, [
     identifiers(limitsRemoved, (row) => row.user),
     text(limitsRemoved, (row) => row.meter)
-  ])
-  add(statements.lockOutboxPartitions, events.length, [
-    integerArrayLiteral([...new Set(events.map(partitionOfRow))].sort((left, right) => left - right))
-  ])
-  add(statements.insertEvents, events.length, [
-    integer(events, partitionOfRow),
-    identifiers(events, (row) => row.user),
-    text(events, (row) => row.event.event),
-    integer(events, (row) => row.event.at),
-    text(events, (row) => JSON.stringify(row.event))
   ])
   return queries
 }
