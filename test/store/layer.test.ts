@@ -52,14 +52,37 @@ describe("postgresStoreLayer", () => {
     })
   })
 
-  it("fails to build, with StoreUnavailable, when Postgres does not answer", async () => {
+  it("waits while no server answers, trying again, then fails to build with StoreUnavailable", async () => {
+    const attempts: Array<string> = []
     const layer = postgresStoreLayer({
       connectionString: "postgres://postgres@127.0.0.1:1/test",
       schema: database.schema,
       prefix: "quota",
-      partitions: 64
+      partitions: 64,
+      startWaitMs: 2_500,
+      onStartWait: (attempt, reason) => attempts.push(`${attempt}: ${reason}`)
+    })
+    const startedAt = performance.now()
+    const error = await Effect.runPromise(Effect.flip(Effect.provide(storeOf, layer)))
+    const waitedMs = performance.now() - startedAt
+    expect(error._tag).toBe("StoreUnavailable")
+    // Tried every storeStartRetryMs (1 s) for the wait: attempts 1, 2 and 3 told, the last one failed.
+    expect(attempts.map((line) => line.split(":")[0])).toEqual(["1", "2", "3"])
+    expect(attempts[0]).toContain("ECONNREFUSED")
+    expect(waitedMs).toBeGreaterThanOrEqual(2_500)
+  })
+
+  it("fails to build at once when the server answers with a refusal", async () => {
+    const attempts: Array<number> = []
+    const layer = postgresStoreLayer({
+      connectionString: `${database.connectionString.replace(/\/[^/?]*(\?|$)/, "/no_such_database$1")}`,
+      schema: database.schema,
+      prefix: "quota",
+      partitions: 64,
+      onStartWait: (attempt) => attempts.push(attempt)
     })
     const error = await Effect.runPromise(Effect.flip(Effect.provide(storeOf, layer)))
     expect(error._tag).toBe("StoreUnavailable")
+    expect(attempts).toEqual([])
   })
 })

@@ -558,6 +558,8 @@ export interface PostgresStoreLayerOptions {
   readonly recordEvents?: boolean
   /** Told of each attempt at start that found no server answering (the start waits, storeStartWaitMs). */
   readonly onStartWait?: (attempt: number, reason: string) => void
+  /** How long the start waits while no server answers (storeStartWaitMs by default). */
+  readonly startWaitMs?: number
 }
 
 /** What a store error says: its reason when it has one (a tagged error's message is empty). */
@@ -634,7 +636,7 @@ export const postgresStoreLayer = (
       // A process started while its database cannot be reached (restarted during an outage, or before
       // Postgres) waits for it, as it waits for NATS, instead of exiting: no server answers is not a
       // refusal. Anything else (a refusal, a schema too new) ends the start at once.
-      const waitUntil = performance.now() + storeStartWaitMs
+      const waitUntil = performance.now() + (options.startWaitMs ?? storeStartWaitMs)
       for (let attempt = 1; ; attempt += 1) {
         const migrated = yield* Effect.exit(migrate(pool, schema))
         if (Exit.isSuccess(migrated)) break
