@@ -140,6 +140,8 @@ export const makeEventPublisher = (
           if (page.rows.length < eventsRecoveryRowsMax) break
           after = page.rows[page.rows.length - 1]!.position
         }
+        // Queued before the stream is asked: while it cannot be, the rows count as pending, not published.
+        queue.recovered(partition, persisted, rows)
         const present = new Set<string>()
         const last = yield* sink.lastEvent(`${prefix}.v1.events.*.${partition}`)
         const place = last === null ? undefined : eventPlaceOf(log.databaseTag, last.eventId)
@@ -159,7 +161,6 @@ export const makeEventPublisher = (
             for (const eventId of found.ids) present.add(eventId)
           }
         }
-        queue.recovered(partition, persisted, rows)
         return present
       })
 
