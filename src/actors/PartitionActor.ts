@@ -146,7 +146,7 @@ export class PartitionActor implements ResidentHome {
   private loadsAfterCheckpoint: Array<Resident> = []
   /** Dirty users at rest: the residency may take them once a checkpoint makes them clean. */
   private restAfterCheckpoint: Array<Resident> = []
-  /** What waits for every final append to be in the tables (an admin read of them). */
+  /** What waits for every final append to be in the tables (an admin read of them, a prefetch of a dirty user); told `dropped` when the checkpoint fails. */
   private checkpointWaiters: Array<{ readonly ready: () => void; readonly dropped: () => void }> = []
   /** No checkpoint starts before it after one failed (Clock ms). */
   private checkpointRetryAt = 0
@@ -511,10 +511,11 @@ export class PartitionActor implements ResidentHome {
         reportStoreFailure(this.settings, "", `checkpoint of partition ${this.partition} failed`, exit.cause)
         this.log.checkpointFailed()
         this.checkpointRetryAt = now + failedWriteRetryDelayMs
-        // Loads that waited for it fail with it: their commands are answered `unavailable`, not held.
+        // Loads and reads that waited for it fail with it: answered `unavailable`, not held.
         const waiting = this.loadsAfterCheckpoint
         this.loadsAfterCheckpoint = []
         if (waiting.length > 0) this.loaded(waiting, Exit.failCause(exit.cause))
+        for (const waiter of this.checkpointWaiters.splice(0)) waiter.dropped()
         this.wake()
         return
       }
@@ -637,11 +638,14 @@ export class PartitionActor implements ResidentHome {
    */
   private prefetch(batch: Batch): boolean {
     const reads: Array<Effect.Effect<void, StoreUnavailable>> = []
+    /** A user the reads are of has changes not yet in the tables: they run after a checkpoint. */
+    let readsDirtyUser = false
     const now = batch.decidedAt
     const { store, config } = this.settings
     for (const resident of batch.residents) {
       const state = resident.state!
       if (!state.idsForgotten) continue
+      readsDirtyUser ||= this.log.isDirty(resident.lastPosition)
       const wanted = idsToRecall(
         state,
         batch.envelopes.filter((envelope) => envelope.resident === resident).map(({ command }) => command)
@@ -665,6 +669,7 @@ export class PartitionActor implements ResidentHome {
       if (command.op !== "usage_history") continue
       const meters = usageHistoryMeters(config, command)
       if ("status" in meters) continue
+      readsDirtyUser ||= this.log.isDirty(envelope.resident!.lastPosition)
       // One more than asked: the current period's row may be among the newest.
       reads.push(
         Effect.map(
@@ -680,6 +685,27 @@ export class PartitionActor implements ResidentHome {
       )
     }
     if (reads.length === 0) return false
+    // The tables hold every change of the users read once a checkpoint brought their appends in (a
+    // hold closed and forgotten a moment ago, a period that ended within the checkpoint interval).
+    if (readsDirtyUser) {
+      this.afterCheckpoint(
+        () => {
+          if (this.batch === batch) this.runPrefetch(batch, reads)
+        },
+        () => {
+          // The checkpoint failed (or the partition let go, which answers the batch itself).
+          if (this.batch !== batch || batch.outcome !== undefined) return
+          batch.outcome = "failed"
+          this.wake()
+        }
+      )
+      return true
+    }
+    this.runPrefetch(batch, reads)
+    return true
+  }
+
+  private runPrefetch(batch: Batch, reads: ReadonlyArray<Effect.Effect<void, StoreUnavailable>>): void {
     const call = this.settings.runFork(Effect.all(reads, { discard: true }))
     batch.call = call
     call.addObserver((exit) => {
@@ -690,7 +716,6 @@ export class PartitionActor implements ResidentHome {
       batch.outcome = Exit.isSuccess(exit) ? "prefetched" : "failed"
       this.wake()
     })
-    return true
   }
 
   /** Decides the batch (synchronously), then writes it, or answers it at once when it wrote nothing. */

@@ -64,6 +64,27 @@ describe("crash: SIGKILL under load", () => {
     await database?.drop()
   })
 
+  /** The process's readiness, or a failure with what it logged last (a start that hangs says why). */
+  const readyOrDescribe = async (serve: ServeProcess, kill: number): Promise<void> => {
+    let timer: NodeJS.Timeout | undefined
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () =>
+          reject(
+            new Error(
+              `not serving 30 s after restart ${kill}; its log ends:\n${serve.output().slice(-4_000)}`
+            )
+          ),
+        30_000
+      )
+    })
+    try {
+      await Promise.race([serve.ready, late])
+    } finally {
+      clearTimeout(timer)
+    }
+  }
+
   it(`loses no acknowledged grant and applies nothing twice across ${kills} kills`, async () => {
     const target: WireTarget = { nc, prefix, partitions }
     let serve: ServeProcess = startServe(env)
@@ -158,7 +179,7 @@ describe("crash: SIGKILL under load", () => {
       expect(report.violations, `after kill ${kill}:\n${report.violations.join("\n")}`).toEqual([])
       const spawnedAt = Date.now()
       serve = startServe(env)
-      await serve.ready
+      await readyOrDescribe(serve, kill)
       startupMs.push(Date.now() - spawnedAt)
       const answered = await timeUntilEveryPartitionAnswers(nc, prefix, partitions, killedAt, 20_000)
       backAfterKillMs.push(Math.max(...answered.values()))

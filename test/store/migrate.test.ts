@@ -111,6 +111,26 @@ describe("migrate", () => {
     expect(error).toMatchObject({ _tag: "SchemaTooNew", databaseVersion: 2, codeVersion: 3 })
   })
 
+  it("stops the upgrade to the partition log while the outbox holds unpublished events", async () => {
+    const schema = database.freshSchema("outbox_upgrade")
+    const pool = database.pool()
+    const migrations = await Effect.runPromise(readMigrations())
+    const beforeLog = migrations.filter((migration) => migration.version < 12)
+    await Effect.runPromise(migrate(pool, schema, beforeLog))
+    await pool.query(
+      `insert into "${schema}".events_outbox (partition, user_id, kind, at, body) values
+         (3, 'alice', 'limit_changed', 1, '{}'), (3, 'alice', 'limit_changed', 2, '{}')`
+    )
+    const refused = await Effect.runPromise(Effect.flip(migrate(pool, schema, migrations)))
+    expect(refused._tag).toBe("StoreUnavailable")
+    expect(refused).toMatchObject({ reason: expect.stringContaining("events_outbox holds 2 events not yet published") })
+    expect(await tablesOf(schema)).toContain("events_outbox")
+    // Published by the previous version (its rows deleted): the upgrade goes through.
+    await pool.query(`delete from "${schema}".events_outbox`)
+    expect(await Effect.runPromise(migrate(pool, schema, migrations))).toMatchObject({ applied: [12] })
+    expect(await tablesOf(schema)).not.toContain("events_outbox")
+  })
+
   it("rolls a failing migration back entirely", async () => {
     const schema = database.freshSchema("failing")
     const pool = database.pool()

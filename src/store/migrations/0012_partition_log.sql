@@ -42,6 +42,17 @@ drop index usage_ledger_applied_once;
 create index usage_ledger_consume_keys on usage_ledger (user_id, hold_id) where operation = 'consume';
 
 -- The log is the outbox: events are published from its rows (their ids from the row's token, position
--- and the event's index), so the separate outbox and the incarnation its ids needed go.
+-- and the event's index), so the separate outbox and the incarnation its ids needed go. Events still
+-- waiting in it would be lost: the upgrade stops here instead, and the previous version publishes them
+-- first (README "Upgrading").
+do $$
+declare
+  waiting bigint;
+begin
+  select count(*) into waiting from events_outbox;
+  if waiting > 0 then
+    raise exception 'events_outbox holds % events not yet published; run the previous version until quota_events_pending is 0, then upgrade (README "Upgrading")', waiting;
+  end if;
+end $$;
 drop table events_outbox;
 drop function database_incarnation(regclass);
