@@ -428,8 +428,18 @@ export const eventsOutboxPerPartitionMaxDefault = 100_000
  */
 export const eventsPublishInFlightMax = 64
 
-/** Log rows a starting publisher reads per query (what earlier owners left unpublished); it reads them all. */
+/**
+ * Log rows a publisher reads per query (what earlier owners left unpublished, or what memory had no room
+ * for); it reads on until memory holds eventsQueuedPerPartitionMax events or the log has no more.
+ */
 export const eventsRecoveryRowsMax = 256
+
+/**
+ * Events of a partition a publisher holds in memory to send. Past it, confirmed appends stay only in
+ * the log and are read from it (eventsRecoveryRowsMax rows a query) once the publisher has sent what it
+ * holds: memory stays bounded through a JetStream outage of any length (up to one read more).
+ */
+export const eventsQueuedPerPartitionMax = 4_096
 
 /**
  * A starting publisher whose partition's last event in the stream is older than the duplicate window

@@ -13,6 +13,8 @@ export interface UnpublishedRows {
   readonly published: number
   /** Rows holding events after `after` (or after `published`), oldest first. */
   readonly rows: ReadonlyArray<QueuedRow>
+  /** Read after the published mark (no `after`): every event of the rows after it, read or not. */
+  readonly waiting: number
 }
 
 export interface EventLogShape {

@@ -133,15 +133,24 @@ export const makeEventPublisher = (
       Effect.gen(function* () {
         const rows: Array<QueuedRow> = []
         let persisted = 0
-        for (let after: number | undefined = undefined; ;) {
+        let waiting = 0
+        let events = 0
+        let complete = false
+        // Until memory's share is full or the log has no more: the rest is read once these are sent.
+        for (let after: number | undefined = undefined; events < queue.heldPerPartitionMax;) {
           const page: UnpublishedRows = yield* log.unpublished(partition, after, eventsRecoveryRowsMax)
-          if (after === undefined) persisted = page.published
+          if (after === undefined) {
+            persisted = page.published
+            waiting = page.waiting
+          }
           rows.push(...page.rows)
-          if (page.rows.length < eventsRecoveryRowsMax) break
+          for (const row of page.rows) events += row.events.length
+          complete = page.rows.length < eventsRecoveryRowsMax
+          if (complete) break
           after = page.rows[page.rows.length - 1]!.position
         }
         // Queued before the stream is asked: while it cannot be, the rows count as pending, not published.
-        queue.recovered(partition, persisted, rows)
+        queue.recovered(partition, persisted, rows, complete, waiting)
         const present = new Set<string>()
         const last = yield* sink.lastEvent(`${prefix}.v1.events.*.${partition}`)
         const place = last === null ? undefined : eventPlaceOf(log.databaseTag, last.eventId)
@@ -229,6 +238,25 @@ export const makeEventPublisher = (
             present = recovered.value
           }
           if (queue.rows(partition).length === 0) {
+            const from = queue.refilling(partition)
+            if (from !== undefined) {
+              // Memory was full: what it had no room for is read from the log, never from before it.
+              const page = yield* Effect.exit(log.unpublished(partition, from - 1, eventsRecoveryRowsMax))
+              queue.refilled(
+                partition,
+                Exit.isSuccess(page) ? page.value.rows : undefined,
+                Exit.isSuccess(page) && page.value.rows.length < eventsRecoveryRowsMax
+              )
+              if (Exit.isFailure(page)) {
+                warnAtMostOncePerInterval("events are not being published; they wait in the log", {
+                  partition,
+                  error: String(page.cause)
+                })
+                yield* Effect.sleep(Duration.millis(retryDelayMs))
+                retryDelayMs = Math.min(eventsRetryDelayMsMax, retryDelayMs * 2)
+              }
+              continue
+            }
             retryDelayMs = eventsRetryDelayMsMin
             yield* Deferred.await(woken)
             continue

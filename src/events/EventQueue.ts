@@ -9,8 +9,13 @@
  * - A checkpoint asks how far the log is published (`publishedThrough`): rows at or below both that and
  *   the checkpoint are deleted. What this process has not seen (a previous owner's rows, a publisher
  *   still reading the log when it starts) it never claims as published.
+ * - Memory holds at most eventsQueuedPerPartitionMax events of a partition (and one read of the log
+ *   more): past it, appended rows stay only in the log (`behindFrom`), and the publisher reads them
+ *   from there once it has sent what it holds (`refilling`, `refilled`). A JetStream outage of hours
+ *   costs rows in Postgres, not memory.
  */
 import type { StoreEvent } from "../domain/events.js"
+import { eventsQueuedPerPartitionMax } from "../domain/limits.js"
 
 export type PublishedEvent = Extract<StoreEvent, { kind: "event" }>
 
@@ -30,6 +35,12 @@ interface Lane {
   recovering: boolean
   /** What the partition's progress row says is published (every row at or below it). */
   persisted: number
+  /** Events of `rows`. */
+  held: number
+  /** Rows from this position on may be in the log only (memory was full): read once `rows` is sent. */
+  behindFrom: number | undefined
+  /** A read of the log from this position is running: nothing from it on counts as published yet. */
+  readingFrom: number | undefined
 }
 
 export class EventQueue {
@@ -40,7 +51,9 @@ export class EventQueue {
 
   constructor(
     /** QUOTA_EVENTS_OUTBOX_MAX. */
-    readonly perPartitionMax: number
+    readonly perPartitionMax: number,
+    /** Events of a partition held in memory (eventsQueuedPerPartitionMax; tests lower it). */
+    readonly heldPerPartitionMax: number = eventsQueuedPerPartitionMax
   ) {}
 
   /** Who hears of queued rows (the publisher, made after the store and the coordinator). */
@@ -61,27 +74,40 @@ export class EventQueue {
       this.pending.set(partition, (this.pending.get(partition) ?? 0) + count)
   }
 
-  /** A confirmed append's events; kept only while the partition's publisher runs here (else it reads the log). */
+  /**
+   * A confirmed append's events; kept only while the partition's publisher runs here (else it reads the
+   * log), and only while memory has room (else it is read from the log later).
+   */
   appended(partition: number, row: QueuedRow): void {
     const lane = this.lanes.get(partition)
-    if (lane === undefined || row.events.length === 0) return
+    if (lane === undefined || row.events.length === 0 || lane.behindFrom !== undefined) return
     const last = lane.rows[lane.rows.length - 1]
     if (last !== undefined && last.position >= row.position) return
+    if (last !== undefined && lane.held + row.events.length > this.heldPerPartitionMax) {
+      lane.behindFrom = row.position
+      return
+    }
     lane.rows.push(row)
+    lane.held += row.events.length
     this.onQueued([partition])
   }
 
   /**
    * Every row at or below the returned position is wholly in the stream, as far as this process knows;
    * undefined when it knows nothing yet (no publisher here, or one still reading the log). `lastFinal`:
-   * the actor's last append whose outcome is final: with nothing queued, every row up to it is done.
+   * the actor's last append whose outcome is final: with nothing queued or left in the log, every row up
+   * to it is done.
    */
   publishedThrough(partition: number, lastFinal: number): number | undefined {
     const lane = this.lanes.get(partition)
     if (lane === undefined) return undefined
     if (lane.recovering) return lane.persisted
-    const first = lane.rows[0]
-    return first === undefined ? lastFinal : first.position - 1
+    const notYet = Math.min(
+      lane.rows[0]?.position ?? Infinity,
+      lane.behindFrom ?? Infinity,
+      lane.readingFrom ?? Infinity
+    )
+    return notYet === Infinity ? lastFinal : notYet - 1
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -89,22 +115,88 @@ export class EventQueue {
 
   /** A publisher starts for the partition: it reads the log before anything counts as published. */
   open(partition: number): void {
-    this.lanes.set(partition, { rows: [], recovering: true, persisted: 0 })
+    this.lanes.set(partition, {
+      rows: [],
+      recovering: true,
+      persisted: 0,
+      held: 0,
+      behindFrom: undefined,
+      readingFrom: undefined
+    })
   }
 
-  /** The publisher read the log: `rows` (unpublished, in order) go before what was appended meanwhile. */
-  recovered(partition: number, persisted: number, rows: ReadonlyArray<QueuedRow>): void {
+  /**
+   * The publisher read the log at its start: `rows` (unpublished, in order; `complete`: the log has none
+   * after them) go before what was appended meanwhile; `waiting`: the events the log holds unpublished.
+   */
+  recovered(
+    partition: number,
+    persisted: number,
+    rows: ReadonlyArray<QueuedRow>,
+    complete: boolean,
+    waiting: number
+  ): void {
     const lane = this.lanes.get(partition)
     if (lane === undefined) return
-    const appended = lane.rows.splice(0)
-    const read = new Set(rows.map((row) => row.position))
-    lane.rows.push(...rows, ...appended.filter((row) => !read.has(row.position)))
-    lane.rows.sort((left, right) => left.position - right.position)
+    this.merge(lane, rows, complete)
     lane.persisted = persisted
     lane.recovering = false
-    let events = 0
-    for (const row of lane.rows) events += row.events.length
-    this.pending.set(partition, events)
+    this.pending.set(partition, Math.max(waiting, lane.held))
+  }
+
+  /** Where the log must be read from next (memory was full), or undefined when memory holds it all. */
+  behind(partition: number): number | undefined {
+    return this.lanes.get(partition)?.behindFrom
+  }
+
+  /** The publisher reads the log from where memory was full: appends are kept in memory again meanwhile. */
+  refilling(partition: number): number | undefined {
+    const lane = this.lanes.get(partition)
+    if (lane?.behindFrom === undefined) return undefined
+    lane.readingFrom = lane.behindFrom
+    lane.behindFrom = undefined
+    return lane.readingFrom
+  }
+
+  /** The read from `refilling`'s position: `rows` (`complete`: none after them), or a failure (undefined). */
+  refilled(partition: number, rows: ReadonlyArray<QueuedRow> | undefined, complete: boolean): void {
+    const lane = this.lanes.get(partition)
+    if (lane?.readingFrom === undefined) return
+    const from = lane.readingFrom
+    lane.readingFrom = undefined
+    if (rows === undefined) {
+      // Read again later, from the same place: what memory took meanwhile is read again with it.
+      lane.behindFrom = from
+      this.dropFrom(lane, from)
+      return
+    }
+    this.merge(lane, rows, complete)
+  }
+
+  /**
+   * `rows` read from the log join what memory holds, in log order, once each. Read incompletely, what
+   * comes after the last row read is left to the next read; read to the end, the next read starts
+   * after it only if memory was full meanwhile.
+   */
+  private merge(lane: Lane, rows: ReadonlyArray<QueuedRow>, complete: boolean): void {
+    const read = new Set(rows.map((row) => row.position))
+    const kept = lane.rows.splice(0).filter((row) => !read.has(row.position))
+    lane.rows.push(...rows, ...kept)
+    lane.rows.sort((left, right) => left.position - right.position)
+    const lastRead = rows[rows.length - 1]?.position
+    if (!complete && lastRead !== undefined) lane.behindFrom = lastRead + 1
+    else if (lane.behindFrom !== undefined && lastRead !== undefined)
+      lane.behindFrom = Math.max(lane.behindFrom, lastRead + 1)
+    if (lane.behindFrom !== undefined) this.dropFrom(lane, lane.behindFrom)
+    lane.held = 0
+    for (const row of lane.rows) lane.held += row.events.length
+  }
+
+  /** Forgets the rows from `position` on (they are read from the log again). */
+  private dropFrom(lane: Lane, position: number): void {
+    const at = lane.rows.findIndex((row) => row.position >= position)
+    if (at < 0) return
+    for (const row of lane.rows.splice(at)) lane.held -= row.events.length
   }
 
   rows(partition: number): ReadonlyArray<QueuedRow> {
@@ -113,7 +205,11 @@ export class EventQueue {
 
   /** The first `count` rows are wholly in the stream, `events` of their events published now. */
   published(partition: number, count: number, events: number): void {
-    this.lanes.get(partition)?.rows.splice(0, count)
+    const lane = this.lanes.get(partition)
+    if (lane !== undefined) {
+      lane.rows.splice(0, count)
+      lane.held = Math.max(0, lane.held - events)
+    }
     this.pending.set(partition, Math.max(0, (this.pending.get(partition) ?? 0) - events))
   }
 
@@ -125,7 +221,14 @@ export class EventQueue {
 
   /** Every publisher here has read its log and has nothing left to publish. */
   idle(): boolean {
-    for (const lane of this.lanes.values()) if (lane.recovering || lane.rows.length > 0) return false
+    for (const lane of this.lanes.values())
+      if (
+        lane.recovering ||
+        lane.rows.length > 0 ||
+        lane.behindFrom !== undefined ||
+        lane.readingFrom !== undefined
+      )
+        return false
     return true
   }
 

@@ -16,6 +16,7 @@ import { Effect } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { eventSettingsDefaults } from "../../src/config/eventSettings.js"
 import { partitionOf } from "../../src/domain/partition.js"
+import type { PublishedEvent } from "../../src/events/EventQueue.js"
 import { EventQueue } from "../../src/events/EventQueue.js"
 import { makeEventPublisher } from "../../src/events/EventPublisher.js"
 import { makeJetStreamSink } from "../../src/events/JetStreamSink.js"
@@ -178,6 +179,51 @@ describe("the publisher", () => {
     await publisher.close()
     await awayConnection.close()
   })
+
+  it("holds at most its memory's share of events, reads the rest from the log, and publishes every one in order", async () => {
+    const prefix = randomPrefix("bounded")
+    const stream = `${prefix.toUpperCase()}_EVENTS`
+    const partition = 30
+    const user = userOn(partition, "bounded")
+    // 600 rows of 2 events in the log before the publisher starts (more than two reads of 256 rows),
+    // then 40 appended as an actor does while it publishes.
+    const rowsBefore = Array.from({ length: 600 }, (_, row) => [
+      limitChanged(user, 2 * row + 1),
+      limitChanged(user, 2 * row + 2)
+    ])
+    await appendRows(store.value, partition, "f1", 1, rowsBefore)
+    const queue = new EventQueue(100_000, 10)
+    let heldMost = 0
+    const watch = setInterval(() => {
+      heldMost = Math.max(
+        heldMost,
+        queue.rows(partition).reduce((sum, row) => sum + row.events.length, 0)
+      )
+    }, 1)
+    const publisher = await startPublisher(prefix, nc, queue, { inFlightMax: 4 })
+    await Effect.runPromise(publisher.value.start([partition]))
+    for (let row = 0; row < 40; row += 1) {
+      const position = 601 + row
+      const events = [limitChanged(user, 2 * (position - 1) + 1), limitChanged(user, 2 * (position - 1) + 2)]
+      await appendRows(store.value, partition, "f1", position, [events])
+      queue.appended(partition, { position, token: "f1", events: events as Array<PublishedEvent> })
+      // Nothing past an unpublished row counts as published.
+      const through = queue.publishedThrough(partition, position)
+      if (through !== undefined) expect(through).toBeLessThan(position)
+    }
+    await waitFor(
+      async () => (queue.idle() ? true : undefined),
+      30_000,
+      () => "not all published"
+    )
+    clearInterval(watch)
+    expect(await streamLimits(stream)).toEqual(Array.from({ length: 1_280 }, (_, index) => index + 1))
+    expect(queue.publishedThrough(partition, 640)).toBe(640)
+    // A read of the log is 256 rows (512 events here) past the share of 10.
+    expect(heldMost).toBeLessThanOrEqual(10 + 512)
+    await publisher.close()
+    await (await jetstreamManager(nc)).streams.delete(stream)
+  }, 60_000)
 
   it("a publisher that starts where another left off sends again only what the stream may lack", async () => {
     const prefix = randomPrefix("restart")

@@ -123,7 +123,9 @@ describe("migrate", () => {
     )
     const refused = await Effect.runPromise(Effect.flip(migrate(pool, schema, migrations)))
     expect(refused._tag).toBe("StoreUnavailable")
-    expect(refused).toMatchObject({ reason: expect.stringContaining("events_outbox holds 2 events not yet published") })
+    expect(refused).toMatchObject({
+      reason: expect.stringContaining("events_outbox holds 2 events not yet published")
+    })
     expect(await tablesOf(schema)).toContain("events_outbox")
     // Published by the previous version (its rows deleted): the upgrade goes through.
     await pool.query(`delete from "${schema}".events_outbox`)

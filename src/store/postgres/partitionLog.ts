@@ -84,6 +84,12 @@ const logStatementTexts = (schema: string) => ({
     order by log.position limit $3`,
   lastPosition: `
     select coalesce(max(position), 0)::text as last from "${schema}".partition_log where partition = $1`,
+  // The events of a partition's rows after its published mark: what its publisher has yet to send.
+  unpublishedEvents: `
+    select coalesce(sum(log.events), 0)::text as waiting
+    from "${schema}".partition_log as log
+    join "${schema}".partition_progress as progress using (partition)
+    where log.partition = $1 and log.position > progress.published`,
   // Where a partition's log stands: nothing to bring in when `last` is not past `checkpointed`.
   logState: `
     select
@@ -320,14 +326,20 @@ export const makeEventLog = (
       Effect.tryPromise({
         try: async () => {
           await pool.query(statements.ensureProgress.text, [partition])
-          const result = await readSettled(() =>
-            pool.query<{ position: string | null; token: string; body: string; published: string }>(
-              statements.unpublished.text,
-              [partition, after ?? null, limit]
-            )
+          const [result, waiting] = await readSettled(() =>
+            Promise.all([
+              pool.query<{ position: string | null; token: string; body: string; published: string }>(
+                statements.unpublished.text,
+                [partition, after ?? null, limit]
+              ),
+              after === undefined
+                ? pool.query<{ waiting: string }>(statements.unpublishedEvents.text, [partition])
+                : undefined
+            ])
           )
           return {
             published: Number(result.rows[0]?.published ?? 0),
+            waiting: Number(waiting?.rows[0]?.waiting ?? 0),
             rows: result.rows.flatMap((row): Array<QueuedRow> =>
               row.position === null
                 ? []
