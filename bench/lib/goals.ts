@@ -33,7 +33,11 @@ const throughputGoals: ReadonlyArray<ThroughputGoal> = [
   { workload: "uniform", level: 256, baseline: "seed004", factor: 2.5 },
   { workload: "hot-granted", level: 4096, baseline: "seed004", factor: 50 },
   { workload: "hot-granted", level: 4096, baseline: "seed003", factor: 2 },
-  { workload: "mix", level: 4096, baseline: "seed004", factor: 3 }
+  { workload: "mix", level: 4096, baseline: "seed004", factor: 3 },
+  // Issue 36's, at 1 024 in flight.
+  { workload: "uniform", level: 1024, baseline: "seed004", factor: 5 },
+  { workload: "hot-granted", level: 1024, baseline: "seed004", factor: 50 },
+  { workload: "hot-granted", level: 1024, baseline: "seed003", factor: 1 }
 ]
 
 /** p99 at half of peak at most this many times the durable echo's p99 at the same rate. */
