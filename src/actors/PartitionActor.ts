@@ -744,8 +744,12 @@ export class PartitionActor implements ResidentHome {
     const call = this.settings.runFork(this.settings.store.write(batch.events, target))
     batch.call = call
     call.addObserver((exit) => {
-      if (Exit.isFailure(exit)) this.log.failed(target.position, open)
-      else {
+      if (Exit.isFailure(exit)) {
+        this.log.failed(target.position, open)
+        // Its outcome may have been a commit: the publisher reads the log from it (never counting it
+        // published unread).
+        this.settings.eventQueue?.appendFailed(this.partition, target.position)
+      } else {
         this.log.confirmed(
           target.position,
           batch.events,

@@ -41,6 +41,11 @@ interface Lane {
   behindFrom: number | undefined
   /** A read of the log from this position is running: nothing from it on counts as published yet. */
   readingFrom: number | undefined
+  /**
+   * The lowest append that failed while a read of the log ran (the recovery's or a refill's): that read
+   * may have missed its row, so the log is read again from it once the read is merged.
+   */
+  failedFrom: number | undefined
 }
 
 export class EventQueue {
@@ -93,6 +98,26 @@ export class EventQueue {
   }
 
   /**
+   * An append failed: its outcome was unknown (a COMMIT with no answer), so its row may be in the log,
+   * settled as committed, with events never queued here. Nothing from it on counts as published until
+   * the publisher has read the log from it (after the store settled the doubt: its reads wait for that).
+   */
+  appendFailed(partition: number, position: number): void {
+    const lane = this.lanes.get(partition)
+    if (lane === undefined) return
+    if (lane.recovering || lane.readingFrom !== undefined)
+      lane.failedFrom = Math.min(lane.failedFrom ?? Infinity, position)
+    else this.readFromLog(lane, position)
+    this.onQueued([partition])
+  }
+
+  /** Rows from `position` on are read from the log (memory forgets what it holds of them). */
+  private readFromLog(lane: Lane, position: number): void {
+    lane.behindFrom = Math.min(lane.behindFrom ?? Infinity, position)
+    this.dropFrom(lane, lane.behindFrom)
+  }
+
+  /**
    * Every row at or below the returned position is wholly in the stream, as far as this process knows;
    * undefined when it knows nothing yet (no publisher here, or one still reading the log). `lastFinal`:
    * the actor's last append whose outcome is final: with nothing queued or left in the log, every row up
@@ -105,7 +130,8 @@ export class EventQueue {
     const notYet = Math.min(
       lane.rows[0]?.position ?? Infinity,
       lane.behindFrom ?? Infinity,
-      lane.readingFrom ?? Infinity
+      lane.readingFrom ?? Infinity,
+      lane.failedFrom ?? Infinity
     )
     return notYet === Infinity ? lastFinal : notYet - 1
   }
@@ -121,7 +147,8 @@ export class EventQueue {
       persisted: 0,
       held: 0,
       behindFrom: undefined,
-      readingFrom: undefined
+      readingFrom: undefined,
+      failedFrom: undefined
     })
   }
 
@@ -166,8 +193,8 @@ export class EventQueue {
     lane.readingFrom = undefined
     if (rows === undefined) {
       // Read again later, from the same place: what memory took meanwhile is read again with it.
-      lane.behindFrom = from
-      this.dropFrom(lane, from)
+      this.readFromLog(lane, Math.min(from, lane.failedFrom ?? Infinity))
+      lane.failedFrom = undefined
       return
     }
     this.merge(lane, rows, complete)
@@ -190,6 +217,10 @@ export class EventQueue {
     if (lane.behindFrom !== undefined) this.dropFrom(lane, lane.behindFrom)
     lane.held = 0
     for (const row of lane.rows) lane.held += row.events.length
+    if (lane.failedFrom !== undefined) {
+      this.readFromLog(lane, lane.failedFrom)
+      lane.failedFrom = undefined
+    }
   }
 
   /** Forgets the rows from `position` on (they are read from the log again). */

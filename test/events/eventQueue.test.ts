@@ -46,6 +46,34 @@ describe("EventQueue", () => {
     expect(queue.idle()).toBe(true)
   })
 
+  it("a failed append (its outcome maybe a commit) counts as published only once the log is read from it", () => {
+    const queue = new EventQueue(1_000, 100)
+    queue.open(3)
+    queue.recovered(3, 0, [], true, 0)
+    queue.appended(3, row(1))
+    queue.published(3, 1, 2)
+    expect(queue.publishedThrough(3, 1)).toBe(1)
+    // Position 2's COMMIT got no answer: settled later, its row may be there with events never queued.
+    queue.appendFailed(3, 2)
+    queue.appended(3, row(3))
+    expect(queue.publishedThrough(3, 3)).toBe(1)
+    expect(queue.refilling(3)).toBe(2)
+    queue.refilled(3, [row(2), row(3)], true)
+    expect(positions(queue, 3)).toEqual([2, 3])
+    queue.published(3, 2, 4)
+    expect(queue.publishedThrough(3, 3)).toBe(3)
+
+    // Failed while the recovery's read ran (it may have missed the row): read again from it after.
+    queue.open(4)
+    queue.appendFailed(4, 7)
+    queue.recovered(4, 5, [row(6), row(7), row(8)], true, 6)
+    expect(positions(queue, 4)).toEqual([6])
+    expect(queue.publishedThrough(4, 8)).toBe(5)
+    queue.published(4, 1, 2)
+    expect(queue.publishedThrough(4, 8)).toBe(6)
+    expect(queue.refilling(4)).toBe(7)
+  })
+
   it("a read that stops short leaves what follows it to the next read, dropping appends past it", () => {
     const queue = new EventQueue(1_000, 100)
     queue.open(2)

@@ -53,6 +53,10 @@ const logStatementTexts = (schema: string) => ({
     values ($1, $2, $3, $4, $5)`,
   ensureProgress: `
     insert into "${schema}".partition_progress (partition) values ($1) on conflict (partition) do nothing`,
+  // An unbounded checkpoint goes as far as the log stands: appends still running (each holds its
+  // partition's owner row FOR KEY SHARE, the fence) end first, and none starts until it commits.
+  lockOwner: `
+    select 1 from "${schema}".partition_owners where partition = $1 for update`,
   lockProgress: `
     select checkpointed::text as checkpointed, published::text as published
     from "${schema}".partition_progress where partition = $1 for update`,
@@ -201,6 +205,11 @@ export const checkpointPartition = async (
       values: ReadonlyArray<unknown>
     ) => client.query<Row>(config({ ...statement, values }))
     await client.query("begin")
+    // Without a bound, rows are read up to the log's last position: an append still running below it
+    // (several groups may be in flight) would be passed over unprojected. It holds its partition's owner
+    // row (the fence) until it ends, so this waits for it. Unfenced (one process, no ownership), only the
+    // open runs unbounded, before the partition's first append.
+    if (!Number.isFinite(through)) await query(statements.lockOwner, [partition])
     await query(statements.ensureProgress, [partition])
     const progress = (
       await query<{ checkpointed: string; published: string }>(statements.lockProgress, [partition])

@@ -1,0 +1,84 @@
+/**
+ * A checkpoint without a bound (a partition's open, `checkpointAll`) runs beside the owner's appends:
+ * it goes as far as the log stands, so an append still running below the log's last position must end
+ * before it reads, or its row is passed over unprojected and, once the mark is past it, never projected
+ * (an acknowledged change missing from the tables, then from every load). Found by the nemesis: its
+ * database check every 5 s brought the tables up to date while three processes appended.
+ *
+ * This machine's Postgres (the file's own schema): one append held open in its transaction (the fence
+ * taken, its row inserted, no COMMIT yet) while a later one commits.
+ */
+import { Effect } from "effect"
+import { afterAll, describe, expect, it } from "vitest"
+import type { StoreEvent } from "../../src/domain/events.js"
+import { migrate } from "../../src/store/postgres/migrate.js"
+import { checkpointAll, encodeBody } from "../../src/store/postgres/partitionLog.js"
+import { createTestSchema } from "../support/database.js"
+
+const database = createTestSchema("checkpoint_beside")
+afterAll(() => database.drop())
+
+const now = 1_790_000_000_000
+const partition = 3
+
+const holdEvent = (id: string): StoreEvent => ({
+  kind: "hold",
+  user: "beside-user",
+  hold: {
+    id,
+    meter: "analysis",
+    amount: 1,
+    consumed: 0,
+    state: "pending",
+    expiresAt: now + 60_000,
+    createdAt: now,
+    closedAt: null
+  }
+})
+
+describe("an unbounded checkpoint beside appends", () => {
+  it("waits for an append still running below the log's last row, and projects both", async () => {
+    const { schema } = database
+    const pool = database.pool({ max: 4 })
+    await Effect.runPromise(migrate(pool, schema))
+    await pool.query(
+      `insert into "${schema}".partition_owners (partition, owner, epoch, lease_expires_at) values ($1, 'me', 1, 0)`,
+      [partition]
+    )
+    // What appendGroup sends: the fence (the owner row FOR KEY SHARE), then the row.
+    const append = async (client: { query: typeof pool.query }, id: string, position: number) => {
+      await client.query(`select "${schema}".assert_partition_epochs($1::integer[], $2::bigint[], 'me')`, [
+        [partition],
+        [1]
+      ])
+      await client.query(
+        `insert into "${schema}".partition_log (partition, position, token, events, body) values ($1, $2, 't', 0, $3)`,
+        [partition, position, encodeBody([holdEvent(id)])]
+      )
+    }
+    const slow = await pool.connect()
+    await slow.query("begin")
+    await append(slow, "first", 1)
+    // A later group's append commits while the first is still in its transaction.
+    const fast = await pool.connect()
+    await fast.query("begin")
+    await append(fast, "second", 2)
+    await fast.query("commit")
+    fast.release()
+
+    const checkpoint = checkpointAll(pool, schema)
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    await slow.query("commit")
+    slow.release()
+    await checkpoint
+    await checkpointAll(pool, schema)
+
+    const holds = await pool.query<{ id: string }>(`select id from "${schema}".holds order by id`)
+    expect(holds.rows.map((row) => row.id)).toEqual(["first", "second"])
+    const progress = await pool.query<{ checkpointed: string }>(
+      `select checkpointed::text from "${schema}".partition_progress where partition = $1`,
+      [partition]
+    )
+    expect(progress.rows[0]?.checkpointed).toBe("2")
+  })
+})
