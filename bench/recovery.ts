@@ -18,6 +18,7 @@
  */
 import { randomBytes } from "node:crypto"
 import { mkdir, writeFile } from "node:fs/promises"
+import os from "node:os"
 import { parseArgs } from "node:util"
 import { Effect, Exit, Scope } from "effect"
 import pg from "pg"
@@ -106,6 +107,7 @@ const withStore = async <A>(
   use: (store: Effect.Success<ReturnType<typeof makePostgresStore>>) => Promise<A>
 ): Promise<A> => {
   const pool = new pg.Pool(poolConfig(url, 8, true))
+  pool.on("error", () => {})
   const scope = Effect.runSync(Scope.make())
   try {
     const store = await Effect.runPromise(
@@ -136,6 +138,8 @@ const runTail = async (rows: number): Promise<TailRun> => {
   const url = Object.assign(new URL(adminUrl), { pathname: `/${database}` }).toString()
   try {
     const setup = new pg.Pool({ connectionString: url, max: 2 })
+    // The database is dropped WITH (FORCE) at the end, whatever happened: its idle clients end then.
+    setup.on("error", () => {})
     await Effect.runPromise(migrate(setup, schema))
     await Effect.runPromise(ensureSettings(setup, schema, { prefix: "bench", partitions }))
     const users = usersOfPartition(userCount, "recovery")
@@ -194,6 +198,8 @@ const runWorstUser = async (): Promise<{ ids: number; loadMs: Array<number> }> =
   const url = Object.assign(new URL(adminUrl), { pathname: `/${database}` }).toString()
   try {
     const setup = new pg.Pool({ connectionString: url, max: 2 })
+    // The database is dropped WITH (FORCE) at the end, whatever happened: its idle clients end then.
+    setup.on("error", () => {})
     await Effect.runPromise(migrate(setup, schema))
     await Effect.runPromise(ensureSettings(setup, schema, { prefix: "bench", partitions }))
     const user = usersOfPartition(1, "worst")[0]!
@@ -242,7 +248,10 @@ const machine = machineInfo()
 const lines = [
   `# Recovery of a partition and the worst user's load, ${new Date().toISOString().slice(0, 16).replace("T", " ")} UTC`,
   "",
-  `Machine: ${machine}. \`npx tsx bench/recovery.ts --batch ${batch} --users ${userCount} --repeat ${repeat}\`.`,
+  `Machine: ${machine.cpuModel}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}, ${machine.platform}. Code: ${machine.code}. Load average at the end: ${os
+    .loadavg()
+    .map((load) => load.toFixed(2))
+    .join(", ")}. \`npx tsx bench/recovery.ts --batch ${batch} --users ${userCount} --repeat ${repeat}\`.`,
   "",
   `A tail of rows left by an owner that died before checkpointing, each a batch of ${batch} decisions (reserves`,
   `of new holds and commits of earlier ones over ${userCount} users of the partition); a new store opens the`,
