@@ -491,6 +491,8 @@ export class PartitionActor implements ResidentHome {
    * Then users made clean may be evicted, loads that waited for it start, reads of the tables run.
    */
   private checkpoint(): void {
+    const epoch = this.log.openedFor
+    if (epoch === undefined) throw new Error("bug: a checkpoint of a log not opened")
     const { known, through } = this.log.checkpointPlan()
     const generation = this.generation
     // How far the events are in the stream: rows both checkpointed and published are deleted. With no
@@ -498,12 +500,14 @@ export class PartitionActor implements ResidentHome {
     const { eventQueue } = this.settings
     const published =
       eventQueue === undefined ? through : eventQueue.publishedThrough(this.partition, through)
+    // Under the epoch the log was opened with: once another claim moved it, the store writes nothing.
     const call = this.settings.runFork(
-      this.settings.store.checkpoint(this.partition, known, through, published)
+      this.settings.store.checkpoint(this.partition, known, through, published, epoch)
     )
     call.addObserver((exit) => {
       if (generation !== this.generation || this.closed) {
         this.log.checkpointFailed()
+        this.wake()
         return
       }
       const now = this.settings.now()
@@ -569,7 +573,9 @@ export class PartitionActor implements ResidentHome {
       this.epoch = epoch
     }
     if (this.log.openedFor === epoch) return true
-    if (!this.log.opening) this.open(epoch)
+    // A checkpoint of an earlier open still running may move the marks over positions this open hands
+    // out again (appends that failed there): the open waits for it (its end wakes the loop).
+    if (!this.log.opening && !this.log.checkpointing) this.open(epoch)
     return false
   }
 

@@ -240,7 +240,7 @@ export const makeMemoryStore = (options: MemoryStoreOptions = {}): MemoryStore =
       }),
     // Writes apply to the rows at once: there is no log to bring into them.
     writesCheckpointed: true,
-    checkpoint: (_partition, _known, through, _published) => Effect.succeed(through),
+    checkpoint: (_partition, _known, through) => Effect.succeed(through),
     openPartition: () => Effect.succeed({ nextPosition: 1 }),
     recall: (user, ids, now) =>
       Effect.sync(() => {

@@ -82,13 +82,16 @@ export interface StoreShape {
    * final. `published`: every row at or below it is wholly in the events stream (undefined: unknown);
    * rows both checkpointed and published are deleted. Returns the position every row at or below which
    * is now in the tables (a partition actor may let go of a user whose last change is at or below it).
-   * Off the request path.
+   * `epoch`: the one the caller's log was opened under; scaled out, once the partition is claimed under
+   * another the checkpoint writes nothing and fails (`through` may name positions of appends that
+   * failed, which the new owner hands out again). Off the request path.
    */
   readonly checkpoint: (
     partition: number,
     known: ReadonlyArray<{ readonly position: number; readonly events: ReadonlyArray<StoreEvent> }>,
     through: number,
-    published: number | undefined
+    published: number | undefined,
+    epoch: number
   ) => Effect.Effect<number, StoreUnavailable>
   /**
    * Before a partition actor serves a partition: what earlier owners appended and did not checkpoint

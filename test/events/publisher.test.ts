@@ -148,7 +148,7 @@ describe("the publisher", () => {
     expect(queue.publishedThrough(5, 4)).toBe(4)
     expect(warnings).toEqual([])
     // A checkpoint that knows it deletes the rows: they are in the tables and in the stream.
-    await Effect.runPromise(store.value.checkpoint(5, [], 4, queue.publishedThrough(5, 4)))
+    await Effect.runPromise(store.value.checkpoint(5, [], 4, queue.publishedThrough(5, 4), 0))
     expect(await logRows(database.pool(), database.schema, 5)).toBe(0)
     await publisher.close()
     await (await jetstreamManager(nc)).streams.delete(stream)
@@ -173,7 +173,9 @@ describe("the publisher", () => {
     for (const partition of [10, 11, 12]) {
       expect(queue.publishedThrough(partition, 1)).toBe(0)
       // Nothing counts as published: a checkpoint keeps the rows.
-      await Effect.runPromise(store.value.checkpoint(partition, [], 1, queue.publishedThrough(partition, 1)))
+      await Effect.runPromise(
+        store.value.checkpoint(partition, [], 1, queue.publishedThrough(partition, 1), 0)
+      )
       expect(await logRows(database.pool(), database.schema, partition)).toBe(1)
     }
     await publisher.close()

@@ -5,15 +5,21 @@
  * (an acknowledged change missing from the tables, then from every load). Found by the nemesis: its
  * database check every 5 s brought the tables up to date while three processes appended.
  *
+ * And an owner's own checkpoint goes up to `through`, which may name positions of its appends that
+ * failed (no row): once another process claimed the partition and hands those positions out again, a
+ * late checkpoint of the old owner would move the mark past the new owner's row. It checks the owner
+ * row's epoch, held against a claim, and writes nothing under a stale one.
+ *
  * This machine's Postgres (the file's own schema): one append held open in its transaction (the fence
- * taken, its row inserted, no COMMIT yet) while a later one commits.
+ * taken, its row inserted, no COMMIT yet) while a checkpoint runs.
  */
-import { Effect } from "effect"
+import { Effect, Result } from "effect"
 import { afterAll, describe, expect, it } from "vitest"
 import type { StoreEvent } from "../../src/domain/events.js"
 import { migrate } from "../../src/store/postgres/migrate.js"
 import { checkpointAll, encodeBody } from "../../src/store/postgres/partitionLog.js"
-import { createTestSchema } from "../support/database.js"
+import { makePostgresStore } from "../../src/store/postgres/PostgresStore.js"
+import { acquireScoped, createTestSchema } from "../support/database.js"
 
 const database = createTestSchema("checkpoint_beside")
 afterAll(() => database.drop())
@@ -36,9 +42,9 @@ const holdEvent = (id: string): StoreEvent => ({
   }
 })
 
-describe("an unbounded checkpoint beside appends", () => {
-  it("waits for an append still running below the log's last row, and projects both", async () => {
-    const { schema } = database
+describe("checkpoints beside appends", () => {
+  it("an unbounded one (checkpointAll) waits for an append still running below the log's last row, and projects both", async () => {
+    const schema = database.freshSchema("unbounded")
     const pool = database.pool({ max: 4 })
     await Effect.runPromise(migrate(pool, schema))
     await pool.query(
@@ -80,5 +86,50 @@ describe("an unbounded checkpoint beside appends", () => {
       [partition]
     )
     expect(progress.rows[0]?.checkpointed).toBe("2")
+  })
+
+  it("an owner's checkpoint under a stale epoch writes nothing: no mark past the new owner's row", async () => {
+    const schema = database.freshSchema("stale")
+    const pool = database.pool({ max: 4 })
+    await Effect.runPromise(migrate(pool, schema))
+    await pool.query(
+      `insert into "${schema}".partition_owners (partition, owner, epoch, lease_expires_at) values ($1, 'me', 1, 0)`,
+      [partition]
+    )
+    const fence = { owner: "me", epochOf: () => 1, superseded: () => {} }
+    const store = await acquireScoped(
+      makePostgresStore({ pool, schema, partitions: 8, fence, pipelined: true })
+    )
+    await Effect.runPromise(
+      store.value.write([holdEvent("mine")], { partition, epoch: 1, position: 1, token: "a" })
+    )
+    // Its append at 2 failed (no row); another process claims the partition and appends there.
+    await pool.query(
+      `update "${schema}".partition_owners set owner = 'other', epoch = 2 where partition = $1`,
+      [partition]
+    )
+    const other = await pool.connect()
+    await other.query("begin")
+    await other.query(`select "${schema}".assert_partition_epochs($1::integer[], $2::bigint[], 'other')`, [
+      [partition],
+      [2]
+    ])
+    await other.query(
+      `insert into "${schema}".partition_log (partition, position, token, events, body) values ($1, 2, 'b', 0, $2)`,
+      [partition, encodeBody([holdEvent("theirs")])]
+    )
+    // The old owner's checkpoint, late, through its failed position 2.
+    const late = await Effect.runPromise(
+      Effect.result(
+        store.value.checkpoint(partition, [{ position: 1, events: [holdEvent("mine")] }], 2, 2, 1)
+      )
+    )
+    await other.query("commit")
+    other.release()
+    await checkpointAll(pool, schema)
+    const holds = await pool.query<{ id: string }>(`select id from "${schema}".holds order by id`)
+    expect(holds.rows.map((row) => row.id)).toEqual(["mine", "theirs"])
+    expect(Result.isFailure(late)).toBe(true)
+    await store.close()
   })
 })

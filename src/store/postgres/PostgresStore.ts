@@ -56,6 +56,7 @@ import {
 import type { FencedWrite } from "./writeEvents.js"
 import { pingWritable, refuseUnlessWritable } from "./writablePrimary.js"
 import type { LogAppend, LogEntry } from "./partitionLog.js"
+import type { CheckpointCaller } from "./partitionLog.js"
 import { appendGroup, checkpointPartition, logStatements, makeEventLog, makeTurns } from "./partitionLog.js"
 import { waitUntilReplicated } from "./replication.js"
 
@@ -312,7 +313,8 @@ export const makePostgresStore = (
       partition: number,
       known: ReadonlyArray<LogEntry>,
       through: number,
-      published: number | undefined
+      published: number | undefined,
+      caller: CheckpointCaller
     ) =>
       Effect.tryPromise({
         try: () =>
@@ -326,7 +328,8 @@ export const makePostgresStore = (
               through,
               published,
               pipelined,
-              identify
+              identify,
+              caller
             )
           }),
         catch: (cause) => {
@@ -417,8 +420,17 @@ export const makePostgresStore = (
           )
         }),
       write,
-      checkpoint: (partition, known, through, published) =>
-        Effect.map(checkpointOnce(partition, known, through, published), ({ checkpointed }) => checkpointed),
+      checkpoint: (partition, known, through, published, epoch) =>
+        Effect.map(
+          checkpointOnce(
+            partition,
+            known,
+            through,
+            published,
+            options.fence === undefined ? undefined : { owner: options.fence.owner, epoch }
+          ),
+          ({ checkpointed }) => checkpointed
+        ),
       openPartition: (partition) =>
         Effect.gen(function* () {
           const state = yield* Effect.tryPromise({
@@ -437,7 +449,8 @@ export const makePostgresStore = (
             return { nextPosition: Math.max(Number(last), Number(checkpointed)) + 1 }
           // The tail a previous owner left, brought into the tables before anything of it is loaded.
           for (;;) {
-            const outcome = yield* checkpointOnce(partition, [], Infinity, undefined)
+            // Unbounded, as far as the log stands (no caller's epoch: it writes no mark past a row).
+            const outcome = yield* checkpointOnce(partition, [], Infinity, undefined, undefined)
             if (outcome.projected < checkpointRowsPerTransactionMax)
               return { nextPosition: Math.max(outcome.last, outcome.checkpointed) + 1 }
           }

@@ -53,10 +53,15 @@ const logStatementTexts = (schema: string) => ({
     values ($1, $2, $3, $4, $5)`,
   ensureProgress: `
     insert into "${schema}".partition_progress (partition) values ($1) on conflict (partition) do nothing`,
-  // An unbounded checkpoint goes as far as the log stands: appends still running (each holds its
-  // partition's owner row FOR KEY SHARE, the fence) end first, and none starts until it commits.
+  // checkpointAll, beside owners that may have an append whose COMMIT waits (for the synchronous
+  // standby) below one that committed: such appends hold the owner row FOR KEY SHARE (the fence) until
+  // they end, so they end first, and none starts until this commits.
   lockOwner: `
     select 1 from "${schema}".partition_owners where partition = $1 for update`,
+  // A checkpoint under an epoch: the owner row as it stands, held against a claim (which skips rows
+  // held so) until this commits.
+  ownerEpoch: `
+    select owner, epoch::text as epoch from "${schema}".partition_owners where partition = $1 for key share`,
   lockProgress: `
     select checkpointed::text as checkpointed, published::text as published
     from "${schema}".partition_progress where partition = $1 for update`,
@@ -184,6 +189,14 @@ export interface CheckpointOutcome {
  * them); the writes and COMMIT go in one round trip when `pipelined`. Returns where the checkpoint
  * stands. A COMMIT left without an answer throws WriteOutcomeUnknown (the store settles it).
  */
+/**
+ * Who runs a checkpoint, as far as it matters to what it may write: an owner under its epoch (scaled
+ * out: the partition's owner row must still name it, else nothing is written and PartitionsFenced is
+ * thrown), a checker beside the owners (`checkpointAll`: waits for their running appends), or the one
+ * process of an unfenced store.
+ */
+export type CheckpointCaller = { readonly owner: string; readonly epoch: number } | "besideOwners" | undefined
+
 export const checkpointPartition = async (
   pool: pg.Pool,
   statements: LogStatements & WriteStatements,
@@ -192,7 +205,8 @@ export const checkpointPartition = async (
   through: number,
   published: number | undefined,
   pipelined: boolean,
-  identify?: (client: pg.PoolClient) => Promise<BackendIdentity>
+  identify?: (client: pg.PoolClient) => Promise<BackendIdentity>,
+  caller?: CheckpointCaller
 ): Promise<CheckpointOutcome> =>
   withCheckedOutClient(pool, async (client) => {
     const backend = identify === undefined ? undefined : await identify(client)
@@ -205,17 +219,24 @@ export const checkpointPartition = async (
       values: ReadonlyArray<unknown>
     ) => client.query<Row>(config({ ...statement, values }))
     await client.query("begin")
-    // Without a bound, rows are read up to the log's last position: an append still running below it
-    // (several groups may be in flight) would be passed over unprojected. It holds its partition's owner
-    // row (the fence) until it ends, so this waits for it. Unfenced (one process, no ownership), only the
-    // open runs unbounded, before the partition's first append.
-    if (!Number.isFinite(through)) await query(statements.lockOwner, [partition])
+    if (caller === "besideOwners") await query(statements.lockOwner, [partition])
+    else if (caller !== undefined) {
+      // `through` may name positions of this owner's failed appends: a new owner hands them out again,
+      // and a mark moved past one it is appending would pass over its row.
+      const row = (await query<{ owner: string; epoch: string }>(statements.ownerEpoch, [partition])).rows[0]
+      if (row === undefined || row.owner !== caller.owner || Number(row.epoch) !== caller.epoch)
+        throw new PartitionsFenced([partition])
+    }
     await query(statements.ensureProgress, [partition])
     const progress = (
       await query<{ checkpointed: string; published: string }>(statements.lockProgress, [partition])
     ).rows[0]!
     const checkpointed = Number(progress.checkpointed)
-    const upTo = Number.isFinite(through) ? through : Number.MAX_SAFE_INTEGER
+    // The log's last position first, the rows up to it after: an append that commits between the two
+    // reads lies past what this reads and goes no further than it (an unbounded checkpoint's appends
+    // run one at a time per partition; one that committed before is seen by the later read).
+    const last = Number((await query<{ last: string }>(statements.lastPosition, [partition])).rows[0]!.last)
+    const upTo = Number.isFinite(through) ? through : last
     const held = known.filter((entry) => entry.position > checkpointed && entry.position <= upTo)
     const readBack = await query<{ position: string; body: string }>(statements.readRows, [
       partition,
@@ -224,7 +245,6 @@ export const checkpointPartition = async (
       held.map((entry) => entry.position),
       checkpointRowsPerTransactionMax
     ])
-    const last = Number((await query<{ last: string }>(statements.lastPosition, [partition])).rows[0]!.last)
     const entries: Array<LogEntry> = [
       ...held,
       ...readBack.rows.map((row) => ({ position: Number(row.position), events: decodeBody(row.body) }))
@@ -234,7 +254,7 @@ export const checkpointPartition = async (
     const highest = entries.length === 0 ? checkpointed : entries[entries.length - 1]!.position
     // Every append at or below a finite `through` is final, so nothing can land there any more; with no
     // bound, the log as it stands now.
-    const reached = !readEverything ? highest : Number.isFinite(through) ? through : Math.max(last, highest)
+    const reached = !readEverything ? highest : upTo
     const newCheckpointed = Math.max(checkpointed, reached)
     const writes: Array<GroupQuery> =
       entries.length === 0
@@ -295,7 +315,17 @@ export const checkpointAll = async (pool: pg.Pool, schema: string): Promise<numb
   let projected = 0
   for (const { partition } of pending.rows) {
     for (;;) {
-      const outcome = await checkpointPartition(pool, statements, partition, [], Infinity, undefined, false)
+      const outcome = await checkpointPartition(
+        pool,
+        statements,
+        partition,
+        [],
+        Infinity,
+        undefined,
+        false,
+        undefined,
+        "besideOwners"
+      )
       projected += outcome.projected
       if (outcome.projected < checkpointRowsPerTransactionMax) break
     }
