@@ -16,6 +16,7 @@
 import { Effect, Result } from "effect"
 import { afterAll, describe, expect, it } from "vitest"
 import type { StoreEvent } from "../../src/domain/events.js"
+import { checkpointRowsPerTransactionMax } from "../../src/domain/limits.js"
 import { migrate } from "../../src/store/postgres/migrate.js"
 import { checkpointAll, encodeBody } from "../../src/store/postgres/partitionLog.js"
 import { makePostgresStore } from "../../src/store/postgres/PostgresStore.js"
@@ -130,6 +131,42 @@ describe("checkpoints beside appends", () => {
     const holds = await pool.query<{ id: string }>(`select id from "${schema}".holds order by id`)
     expect(holds.rows.map((row) => row.id)).toEqual(["mine", "theirs"])
     expect(Result.isFailure(late)).toBe(true)
+    await store.close()
+  })
+
+  it("one that reads back in pieces goes no further than its last row read, and publishes no further", async () => {
+    const schema = database.freshSchema("pieces")
+    const pool = database.pool({ max: 4 })
+    await Effect.runPromise(migrate(pool, schema))
+    const rows = checkpointRowsPerTransactionMax + 44
+    // Appends whose COMMITs got no answer and landed (not held by the owner), then one it holds.
+    const landed = Array.from({ length: rows - 1 }, (_, index) => index + 1)
+    await pool.query(
+      `insert into "${schema}".partition_log (partition, position, token, events, body)
+       select $1, position, 't', 0, body from unnest($2::bigint[], $3::text[]) as landed (position, body)`,
+      [partition, landed, landed.map((position) => encodeBody([holdEvent(`landed-${position}`)]))]
+    )
+    await pool.query(
+      `insert into "${schema}".partition_log (partition, position, token, events, body) values ($1, $2, 't', 0, $3)`,
+      [partition, rows, encodeBody([holdEvent("held")])]
+    )
+    const store = await acquireScoped(makePostgresStore({ pool, schema, partitions: 8, pipelined: true }))
+    const checkpoint = () =>
+      Effect.runPromise(
+        store.value.checkpoint(partition, [{ position: rows, events: [holdEvent("held")] }], rows, rows, 0)
+      )
+    expect(await checkpoint()).toBe(checkpointRowsPerTransactionMax)
+    const marks = await pool.query<{ checkpointed: string; published: string }>(
+      `select checkpointed::text, published::text from "${schema}".partition_progress where partition = $1`,
+      [partition]
+    )
+    expect(marks.rows[0]).toEqual({
+      checkpointed: String(checkpointRowsPerTransactionMax),
+      published: String(checkpointRowsPerTransactionMax)
+    })
+    expect(await checkpoint()).toBe(rows)
+    const holds = await pool.query<{ count: string }>(`select count(*)::text as count from "${schema}".holds`)
+    expect(Number(holds.rows[0]!.count)).toBe(rows)
     await store.close()
   })
 })

@@ -66,10 +66,12 @@ const logStatementTexts = (schema: string) => ({
     select checkpointed::text as checkpointed, published::text as published
     from "${schema}".partition_progress where partition = $1 for update`,
   // The rows after `checkpointed` up to $3 that the caller does not hold ($4), oldest first.
+  // Ordered by the column, not the text it is selected as (an output name wins in ORDER BY).
   readRows: `
-    select position::text as position, body from "${schema}".partition_log
-    where partition = $1 and position > $2 and position <= $3 and not (position = any($4::bigint[]))
-    order by position limit $5`,
+    select log.position::text as position, log.body from "${schema}".partition_log as log
+    where log.partition = $1 and log.position > $2 and log.position <= $3
+      and not (log.position = any($4::bigint[]))
+    order by log.position limit $5`,
   // Never backwards: a publisher's mark from before a hand-off may come late.
   setProgress: `
     update "${schema}".partition_progress
@@ -245,17 +247,21 @@ export const checkpointPartition = async (
       held.map((entry) => entry.position),
       checkpointRowsPerTransactionMax
     ])
+    // Read back in pieces (a new owner's tail): this transaction goes no further than the last row it
+    // read, held rows past it included (the rows between were not read).
+    const readEverything = readBack.rows.length < checkpointRowsPerTransactionMax
+    const lastRead = Number(readBack.rows[readBack.rows.length - 1]?.position ?? upTo)
+    const reached = readEverything ? upTo : lastRead
     const entries: Array<LogEntry> = [
-      ...held,
+      ...held.filter((entry) => entry.position <= reached),
       ...readBack.rows.map((row) => ({ position: Number(row.position), events: decodeBody(row.body) }))
     ].sort((left, right) => left.position - right.position)
-    // Read back in pieces (a new owner's tail): this transaction goes no further than what it read.
-    const readEverything = readBack.rows.length < checkpointRowsPerTransactionMax
-    const highest = entries.length === 0 ? checkpointed : entries[entries.length - 1]!.position
     // Every append at or below a finite `through` is final, so nothing can land there any more; with no
-    // bound, the log as it stands now.
-    const reached = !readEverything ? highest : upTo
+    // bound, the log as it stood when read.
     const newCheckpointed = Math.max(checkpointed, reached)
+    // Never published past what is checkpointed: a position above it may be handed out again (an append
+    // that failed, no row) and its next row is not this caller's to call published.
+    const publishedMark = published === undefined ? undefined : Math.min(published, newCheckpointed)
     const writes: Array<GroupQuery> =
       entries.length === 0
         ? []
@@ -269,7 +275,7 @@ export const checkpointPartition = async (
               )
             )
           ]
-    writes.push({ ...statements.setProgress, values: [partition, newCheckpointed, published ?? null] })
+    writes.push({ ...statements.setProgress, values: [partition, newCheckpointed, publishedMark ?? null] })
     writes.push({ ...statements.trim, values: [partition] })
     writes.push({ text: "commit", values: [] })
     // A cancel of the COMMIT's wait for the synchronous standby answers COMMIT with only a warning.
