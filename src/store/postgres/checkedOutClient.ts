@@ -27,7 +27,10 @@ export const withCheckedOutClient = async <A>(
     })
     throw cause
   } finally {
-    client.off("error", onConnectionError)
+    // A client given back broken is ended by the pool, and its dying connection may still emit 'error'
+    // (a FATAL message with no query running, as at a postmaster's exit): it keeps the listener. Only
+    // one returned for reuse loses it (the pool listens to its idle clients).
+    if (broken === undefined) client.off("error", onConnectionError)
     client.release(broken)
   }
 }
