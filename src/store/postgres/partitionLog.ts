@@ -55,9 +55,12 @@ const logStatementTexts = (schema: string) => ({
     insert into "${schema}".partition_progress (partition) values ($1) on conflict (partition) do nothing`,
   // checkpointAll, beside owners that may have an append whose COMMIT waits (for the synchronous
   // standby) below one that committed: such appends hold the owner row FOR KEY SHARE (the fence) until
-  // they end, so they end first, and none starts until this commits.
+  // they end. The row is taken only when none runs (SKIP LOCKED: held, it would also make claims skip
+  // the partition), and no append starts until this commits. `owned`: whether the row exists at all.
   lockOwner: `
-    select 1 from "${schema}".partition_owners where partition = $1 for update`,
+    select exists (select 1 from "${schema}".partition_owners where partition = $1) as owned,
+      exists (select 1 from "${schema}".partition_owners where partition = $1 for update skip locked)
+        as locked`,
   // A checkpoint under an epoch: the owner row as it stands, held against a claim (which skips rows
   // held so) until this commits.
   ownerEpoch: `
@@ -221,8 +224,11 @@ export const checkpointPartition = async (
       values: ReadonlyArray<unknown>
     ) => client.query<Row>(config({ ...statement, values }))
     await client.query("begin")
-    if (caller === "besideOwners") await query(statements.lockOwner, [partition])
-    else if (caller !== undefined) {
+    if (caller === "besideOwners") {
+      const owner = (await query<{ owned: boolean; locked: boolean }>(statements.lockOwner, [partition]))
+        .rows[0]!
+      if (owner.owned && !owner.locked) throw new AppendsRunning(partition)
+    } else if (caller !== undefined) {
       // `through` may name positions of this owner's failed appends: a new owner hands them out again,
       // and a mark moved past one it is appending would pass over its row.
       const row = (await query<{ owner: string; epoch: string }>(statements.ownerEpoch, [partition])).rows[0]
@@ -311,6 +317,17 @@ export const checkpointPartition = async (
  * operator may run to have them whole (the owners' own checkpoints run meanwhile: the progress row
  * keeps the two from projecting a row twice).
  */
+/** checkpointAll found an append of the partition running: it tries the partition again shortly. */
+class AppendsRunning extends Error {
+  constructor(readonly partition: number) {
+    super(`an append of partition ${partition} is running`)
+  }
+}
+
+/** How long checkpointAll waits for a partition's running appends to end, and how often it looks. */
+const checkpointAllWaitMsMax = 30_000
+const checkpointAllRetryMs = 20
+
 export const checkpointAll = async (pool: pg.Pool, schema: string): Promise<number> => {
   const statements = { ...writeStatements(schema), ...logStatements(schema) }
   const pending = await pool.query<{ partition: number }>(
@@ -320,6 +337,7 @@ export const checkpointAll = async (pool: pg.Pool, schema: string): Promise<numb
   )
   let projected = 0
   for (const { partition } of pending.rows) {
+    const giveUpAt = Date.now() + checkpointAllWaitMsMax
     for (;;) {
       const outcome = await checkpointPartition(
         pool,
@@ -331,7 +349,12 @@ export const checkpointAll = async (pool: pg.Pool, schema: string): Promise<numb
         false,
         undefined,
         "besideOwners"
-      )
+      ).catch(async (cause: unknown) => {
+        if (!(cause instanceof AppendsRunning) || Date.now() > giveUpAt) throw cause
+        await new Promise((resolve) => setTimeout(resolve, checkpointAllRetryMs))
+        return undefined
+      })
+      if (outcome === undefined) continue
       projected += outcome.projected
       if (outcome.projected < checkpointRowsPerTransactionMax) break
     }
