@@ -130,7 +130,11 @@ interface TailRun {
   readonly loadMs: number
 }
 
-const runTail = async (rows: number): Promise<TailRun> => {
+/**
+ * A database of its own, migrated (`setup`: a small pool on it, ended by the caller), dropped WITH
+ * (FORCE) after `use`, whatever happened.
+ */
+const withBenchDatabase = async <A>(use: (url: string, setup: pg.Pool) => Promise<A>): Promise<A> => {
   const database = `bench_recovery_${randomBytes(4).toString("hex")}`
   const admin = new pg.Client({ connectionString: adminUrl })
   await admin.connect()
@@ -138,10 +142,19 @@ const runTail = async (rows: number): Promise<TailRun> => {
   const url = Object.assign(new URL(adminUrl), { pathname: `/${database}` }).toString()
   try {
     const setup = new pg.Pool({ connectionString: url, max: 2 })
-    // The database is dropped WITH (FORCE) at the end, whatever happened: its idle clients end then.
+    // Its idle clients end when the database is dropped: not an error here.
     setup.on("error", () => {})
     await Effect.runPromise(migrate(setup, schema))
     await Effect.runPromise(ensureSettings(setup, schema, { prefix: "bench", partitions }))
+    return await use(url, setup)
+  } finally {
+    await admin.query(`drop database if exists ${database} with (force)`)
+    await admin.end()
+  }
+}
+
+const runTail = (rows: number): Promise<TailRun> =>
+  withBenchDatabase(async (url, setup) => {
     const users = usersOfPartition(userCount, "recovery")
     const generated = generateRows(rows, users, Date.now())
     let events = 0
@@ -184,24 +197,10 @@ const runTail = async (rows: number): Promise<TailRun> => {
       usersLoaded: users.length,
       loadMs
     }
-  } finally {
-    await admin.query(`drop database if exists ${database} with (force)`)
-    await admin.end()
-  }
-}
+  })
 
-const runWorstUser = async (): Promise<{ ids: number; loadMs: Array<number> }> => {
-  const database = `bench_recovery_${randomBytes(4).toString("hex")}`
-  const admin = new pg.Client({ connectionString: adminUrl })
-  await admin.connect()
-  await admin.query(`create database ${database}`)
-  const url = Object.assign(new URL(adminUrl), { pathname: `/${database}` }).toString()
-  try {
-    const setup = new pg.Pool({ connectionString: url, max: 2 })
-    // The database is dropped WITH (FORCE) at the end, whatever happened: its idle clients end then.
-    setup.on("error", () => {})
-    await Effect.runPromise(migrate(setup, schema))
-    await Effect.runPromise(ensureSettings(setup, schema, { prefix: "bench", partitions }))
+const runWorstUser = (): Promise<{ ids: number; loadMs: Array<number> }> =>
+  withBenchDatabase(async (url, setup) => {
     const user = usersOfPartition(1, "worst")[0]!
     const count = loadRememberedIdsPerUserMax + 5_000
     const newest = Date.now() - 60_000
@@ -230,11 +229,7 @@ const runWorstUser = async (): Promise<{ ids: number; loadMs: Array<number> }> =
       }
     })
     return { ids: 2 * count, loadMs }
-  } finally {
-    await admin.query(`drop database if exists ${database} with (force)`)
-    await admin.end()
-  }
-}
+  })
 
 const tails: Array<TailRun> = []
 for (const rows of [checkpointLogRowsMax, unprojectedLogRowsMax]) {

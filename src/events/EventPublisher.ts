@@ -218,6 +218,17 @@ export const makeEventPublisher = (
     const runPartition = (partition: number): Effect.Effect<never> =>
       Effect.gen(function* () {
         let retryDelayMs = eventsRetryDelayMsMin
+        /** A read or publish failed: warned (at most once an interval), then a wait that doubles each time. */
+        const backOff = (error: string) =>
+          Effect.suspend(() => {
+            warnAtMostOncePerInterval("events are not being published; they wait in the log", {
+              partition,
+              error
+            })
+            const delayMs = retryDelayMs
+            retryDelayMs = Math.min(eventsRetryDelayMsMax, retryDelayMs * 2)
+            return Effect.sleep(Duration.millis(delayMs))
+          })
         let present: ReadonlySet<string> | undefined
         /** Events at the head of the queue acknowledged (their rows not wholly yet). */
         let done = 0
@@ -227,12 +238,7 @@ export const makeEventPublisher = (
           if (present === undefined) {
             const recovered = yield* Effect.exit(recover(partition))
             if (Exit.isFailure(recovered)) {
-              warnAtMostOncePerInterval("events are not being published; they wait in the log", {
-                partition,
-                error: String(recovered.cause)
-              })
-              yield* Effect.sleep(Duration.millis(retryDelayMs))
-              retryDelayMs = Math.min(eventsRetryDelayMsMax, retryDelayMs * 2)
+              yield* backOff(String(recovered.cause))
               continue
             }
             present = recovered.value
@@ -247,14 +253,7 @@ export const makeEventPublisher = (
                 Exit.isSuccess(page) ? page.value.rows : undefined,
                 Exit.isSuccess(page) && page.value.rows.length < eventsRecoveryRowsMax
               )
-              if (Exit.isFailure(page)) {
-                warnAtMostOncePerInterval("events are not being published; they wait in the log", {
-                  partition,
-                  error: String(page.cause)
-                })
-                yield* Effect.sleep(Duration.millis(retryDelayMs))
-                retryDelayMs = Math.min(eventsRetryDelayMsMax, retryDelayMs * 2)
-              }
+              if (Exit.isFailure(page)) yield* backOff(String(page.cause))
               continue
             }
             retryDelayMs = eventsRetryDelayMsMin
@@ -274,12 +273,7 @@ export const makeEventPublisher = (
             // duplicate window would be kept as a second copy).
             present = undefined
             done = 0
-            warnAtMostOncePerInterval("events are not being published; they wait in the log", {
-              partition,
-              error: Exit.isFailure(outcome) ? String(outcome.cause) : "a publish was not acknowledged"
-            })
-            yield* Effect.sleep(Duration.millis(retryDelayMs))
-            retryDelayMs = Math.min(eventsRetryDelayMsMax, retryDelayMs * 2)
+            yield* backOff(Exit.isFailure(outcome) ? String(outcome.cause) : "a publish was not acknowledged")
             continue
           }
           retryDelayMs = eventsRetryDelayMsMin
