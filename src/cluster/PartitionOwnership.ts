@@ -12,7 +12,7 @@
  * batch checks its epochs in the same transaction (src/store/postgres/writeEvents.ts), so a process
  * that paused past its lease fails its writes and grants nothing. See docs/SCALING.md.
  */
-import { Cause, Deferred, Effect, Exit } from "effect"
+import { Cause, Deferred, Effect, Exit, Fiber } from "effect"
 import { fnv1a32OfString } from "../domain/partition.js"
 import { clockBeyondReason, measureClockOffset } from "./ClockOffset.js"
 import type { OwnershipOptions, OwnershipState } from "./OwnershipState.js"
@@ -162,18 +162,22 @@ export const ownershipRound = (options: OwnershipOptions) =>
     if (away !== undefined) {
       yield* heartbeat(options, true)
       const held = [...state.epochs.keys()]
-      // Released before the step-down is waited for: it waits for the requests in flight, which a
-      // failed store holds. The others' claims fence whatever those still write.
-      const stopping = stepDown(options, held, away)
-      yield* queries.releaseAll(state.owner)
-      if (held.length > 0)
+      // The step-down starts now and the release runs beside it: the step-down waits for the requests
+      // in flight, which a failed store holds, and the others' claims fence whatever those still write.
+      // It runs to its end whatever the release does: a release failing with the store (likely, when
+      // the store is why) must not leave the partitions booked as stepping down with nothing stopping
+      // them (their subscriptions kept answering `unavailable`, and this process never claiming again).
+      const stopping = yield* Effect.forkDetach(stepDown(options, held, away))
+      const released = yield* Effect.exit(queries.releaseAll(state.owner))
+      if (Exit.isSuccess(released) && held.length > 0)
         options.log(`released every partition: ${away}`, {
           partitions: held,
           ...(state.transportDownSince === undefined
             ? {}
             : { downForMs: Math.round(performance.now() - state.transportDownSince) })
         })
-      yield* stopping
+      yield* Fiber.join(stopping)
+      if (Exit.isFailure(released)) return yield* Effect.failCause(released.cause)
       return
     }
 

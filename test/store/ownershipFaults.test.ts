@@ -19,6 +19,7 @@ import {
 import { migrate } from "../../src/store/postgres/migrate.js"
 import type { OwnershipQueries } from "../../src/store/postgres/ownership.js"
 import { makeOwnershipQueries } from "../../src/store/postgres/ownership.js"
+import { StoreUnavailable } from "../../src/store/Store.js"
 import { createTestSchema } from "../support/database.js"
 
 const database = createTestSchema("ownership_faults")
@@ -191,5 +192,42 @@ describe("a process cut off from its transport (NATS)", () => {
     await Effect.runPromise(ownershipRound(options))
     expect([...events].sort()).toEqual(["serve 0", "serve 1", "serve 2", "serve 3"])
     expect([0, 1, 2, 3].map(state.servable)).toEqual([true, true, true, true])
+  })
+})
+
+describe("a give-up whose release fails (the store failing with it)", () => {
+  // The nemesis's seed 128091: a clock beyond the bound gave everything up while the store timed out;
+  // the round failed at the release and the step-down it had booked never ran, so the process kept
+  // every subscription (answering `unavailable` to every caller, who retried forever) and, its
+  // partitions booked as stepping down for good, never claimed again.
+  it("still steps down from every partition, and claims again once it can serve", async () => {
+    await releaseEverything()
+    const state = makeOwnershipState("release-fails-owner")
+    const events: Array<string> = []
+    const real = makeOwnershipQueries(pool, database.schema)
+    let releaseFails = true
+    const queries: OwnershipQueries = {
+      ...real,
+      releaseAll: (owner) =>
+        releaseFails
+          ? Effect.fail(new StoreUnavailable({ reason: "release: Query read timeout" }))
+          : real.releaseAll(owner)
+    }
+    const options: OwnershipOptions = { ...ownershipOf(state, events, queries), transportLossGraceMs: 0 }
+    await Effect.runPromise(ownershipRound(options))
+    expect([0, 1, 2, 3].map(state.servable)).toEqual([true, true, true, true])
+
+    events.length = 0
+    transportChanged(options, false)
+    const round = await Effect.runPromise(Effect.exit(ownershipRound(options)))
+    expect(round._tag).toBe("Failure")
+    expect([...events].sort()).toEqual(["stop 0", "stop 1", "stop 2", "stop 3"])
+    expect(state.steppingDown.size).toBe(0)
+
+    releaseFails = false
+    transportChanged(options, true)
+    events.length = 0
+    await Effect.runPromise(ownershipRound(options))
+    expect([...events].sort()).toEqual(["serve 0", "serve 1", "serve 2", "serve 3"])
   })
 })
