@@ -244,6 +244,7 @@ const floorCoordinator = Effect.gen(function* () {
     // Billing's partition reads are no part of the bench's workloads.
     listUsage: (_command, reply) => reply({ status: "ok", usage: [], more: false }),
     sweepOnce: Effect.succeed(0),
+    whenOpened: () => Effect.void,
     residentActors: () => 0,
     slotWaiters: () => 0,
     dropAllActors: Effect.void,

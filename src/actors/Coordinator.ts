@@ -60,6 +60,11 @@ export interface CoordinatorShape {
   readonly listUsage: (command: ListUsageCommand, reply: Reply) => void
   /** Sends an expiry tick to every user the store reports as due: the orphan sweep, once. Returns how many. */
   readonly sweepOnce: Effect.Effect<number>
+  /**
+   * Resolves once the partition's log is opened here (an earlier owner's tail in the tables), or the
+   * partition is found not served here; starts the open if none runs.
+   */
+  readonly whenOpened: (partition: number) => Effect.Effect<void>
   /** How many users are in memory now. */
   readonly residentActors: () => number
   /** `acquire_slot` callers waiting in the FIFO queues of users in memory now (O(users in memory)). */
@@ -311,6 +316,8 @@ export const makeCoordinator = (
       enqueue,
       listUsage,
       sweepOnce,
+      whenOpened: (partition) =>
+        Effect.callback<void>((resume) => actorOf(partition).whenOpened(() => resume(Effect.void))),
       residentActors: () => residency.count,
       slotWaiters: () => {
         let waiting = 0

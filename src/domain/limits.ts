@@ -148,7 +148,7 @@ export const unprojectedLogRowsMax = 4_096
  * turn, so a cold start that opens every partition leaves the pool's other connections to loads and
  * appends.
  */
-export const checkpointsInFlightMax = 2
+export const checkpointsInFlightMax = 4
 
 /**
  * Log rows one checkpoint transaction reads back and projects (a new owner bringing a long tail in);
@@ -427,6 +427,14 @@ export const eventsOutboxPerPartitionMaxDefault = 100_000
  * sends again of what the stream may already hold (EventPublisher.ts).
  */
 export const eventsPublishInFlightMax = 64
+
+/**
+ * How long the publisher of a partition this process has just claimed waits for the partition's log to
+ * be opened here before it reads the log: the open (bringing a previous owner's tail into the tables)
+ * goes first on the pool, since serving waits for it and publishing does not. When hit, it reads anyway
+ * (a store that fails the open fails the read too, which is retried).
+ */
+export const eventsRecoveryOpenWaitMsMax = 2_000
 
 /**
  * Log rows a publisher reads per query (what earlier owners left unpublished, or what memory had no room

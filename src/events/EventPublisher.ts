@@ -30,6 +30,7 @@ import type { Scope } from "effect"
 import {
   eventsDuplicateWindowMarginMs,
   eventsPublishInFlightMax,
+  eventsRecoveryOpenWaitMsMax,
   eventsRecoveryRowsMax,
   eventsRecoveryScanMax,
   eventsRetryDelayMsMax,
@@ -52,6 +53,11 @@ export interface EventPublisherOptions {
   readonly servable: (partition: number) => boolean
   readonly metrics: MetricsRecorder
   readonly warn: (message: string, fields: Record<string, unknown>) => void
+  /**
+   * Resolves once the partition's log is opened here (Coordinator.whenOpened): a newly started
+   * publisher reads the log after that, at most eventsRecoveryOpenWaitMsMax later. Absent: at once.
+   */
+  readonly opened?: (partition: number) => Effect.Effect<void>
   /** Publishes in flight at once (default eventsPublishInFlightMax); tests lower it. */
   readonly inFlightMax?: number
   /** The stream's duplicate window (QUOTA_EVENTS_DUPLICATE_WINDOW). */
@@ -229,6 +235,9 @@ export const makeEventPublisher = (
             retryDelayMs = Math.min(eventsRetryDelayMsMax, retryDelayMs * 2)
             return Effect.sleep(Duration.millis(delayMs))
           })
+        // Serving waits for the partition's open, publishing does not: the open goes first on the pool.
+        if (options.opened !== undefined)
+          yield* Effect.ignore(Effect.timeout(options.opened(partition), eventsRecoveryOpenWaitMsMax))
         let present: ReadonlySet<string> | undefined
         /** Events at the head of the queue acknowledged (their rows not wholly yet). */
         let done = 0

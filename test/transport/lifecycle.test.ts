@@ -206,6 +206,7 @@ describe("when the coordinator cannot decide", () => {
         throw new Error("boom")
       },
       sweepOnce: Effect.succeed(0),
+      whenOpened: () => Effect.void,
       residentActors: () => 0,
       slotWaiters: () => 0,
       dropPartitions: () => Effect.void,

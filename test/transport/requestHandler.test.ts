@@ -34,6 +34,7 @@ const holdingCoordinator = () => {
       throw new Error("not used")
     },
     sweepOnce: Effect.succeed(0),
+    whenOpened: () => Effect.void,
     residentActors: () => 0,
     slotWaiters: () => 0,
     dropPartitions: () => Effect.void,

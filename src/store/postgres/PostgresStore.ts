@@ -433,20 +433,6 @@ export const makePostgresStore = (
         ),
       openPartition: (partition) =>
         Effect.gen(function* () {
-          const state = yield* Effect.tryPromise({
-            try: () =>
-              doubts.readSettled(() =>
-                pool.query<{ checkpointed: string; last: string }>(
-                  pipelined
-                    ? { ...log.logState, values: [partition] }
-                    : { text: log.logState.text, values: [partition] }
-                )
-              ),
-            catch: storeUnavailable(`open partition ${partition}'s log`)
-          })
-          const { checkpointed, last } = state.rows[0]!
-          if (Number(last) <= Number(checkpointed))
-            return { nextPosition: Math.max(Number(last), Number(checkpointed)) + 1 }
           // The tail a previous owner left, brought into the tables before anything of it is loaded.
           for (;;) {
             // Unbounded, as far as the log stands (no caller's epoch: it writes no mark past a row).
@@ -489,6 +475,17 @@ export const makePostgresStore = (
         try: () => pingWritable(pool),
         catch: storeUnavailable("ping")
       }),
+      // As many connections as the opens and their loads use at once; each checks its server on connect.
+      warm: Effect.promise(() =>
+        Promise.all(
+          Array.from({ length: Math.min(pool.options.max ?? 1, checkpointsInFlightMax + 2) }, () =>
+            pool.connect().then(
+              (client) => client.release(),
+              () => undefined
+            )
+          )
+        ).then(() => undefined)
+      ),
       check: Effect.tryPromise({
         try: checkOnce,
         catch: storeUnavailable("check the store as a load uses it")

@@ -49,8 +49,8 @@ export interface MemberLockOptions {
   readonly notifications?: { readonly channel: string; readonly onNotified: () => void }
 }
 
-/** How soon a lost lock connection is made again. */
-const relockDelayMs = 250
+/** How soon a lost lock connection is made again (after a failover, the claim waits for it). */
+const relockDelayMs = 100
 
 /** Takes `key` if no session holds it; returns the server it was taken on, or undefined. */
 const tryLock = async (client: pg.Client, schema: string, key: number): Promise<string | undefined> => {

@@ -68,13 +68,26 @@ const logStatementTexts = (schema: string) => ({
   lockProgress: `
     select checkpointed::text as checkpointed, published::text as published
     from "${schema}".partition_progress where partition = $1 for update`,
-  // The rows after `checkpointed` up to $3 that the caller does not hold ($4), oldest first.
-  // Ordered by the column, not the text it is selected as (an output name wins in ORDER BY).
-  readRows: `
-    select log.position::text as position, log.body from "${schema}".partition_log as log
-    where log.partition = $1 and log.position > $2 and log.position <= $3
-      and not (log.position = any($4::bigint[]))
-    order by log.position limit $5`,
+  // Where the (locked) progress row stands, the log's last position, and the rows after `checkpointed`
+  // up to both that and $2 (null: no bound) that the caller does not hold ($3), oldest first: one
+  // statement, so one snapshot (an append committing meanwhile is past `last`, and not read). Ordered
+  // by the column, not the text it is selected as (an output name wins in ORDER BY).
+  readTail: `
+    with bounds as (
+      select progress.checkpointed,
+        (select coalesce(max(position), 0) from "${schema}".partition_log where partition = $1) as last
+      from "${schema}".partition_progress as progress where progress.partition = $1
+    )
+    select bounds.checkpointed::text as checkpointed, bounds.last::text as last,
+      tail.position::text as position, tail.body
+    from bounds left join lateral (
+      select log.position, log.body from "${schema}".partition_log as log
+      where log.partition = $1 and log.position > bounds.checkpointed
+        and log.position <= least(coalesce($2::bigint, bounds.last), bounds.last)
+        and not (log.position = any($3::bigint[]))
+      order by log.position limit $4
+    ) as tail on true
+    order by tail.position`,
   // Never backwards: a publisher's mark from before a hand-off may come late.
   setProgress: `
     update "${schema}".partition_progress
@@ -96,20 +109,12 @@ const logStatementTexts = (schema: string) => ({
         and log.position > coalesce($2::bigint, progress.published)
     where progress.partition = $1
     order by log.position limit $3`,
-  lastPosition: `
-    select coalesce(max(position), 0)::text as last from "${schema}".partition_log where partition = $1`,
   // The events of a partition's rows after its published mark: what its publisher has yet to send.
   unpublishedEvents: `
     select coalesce(sum(log.events), 0)::text as waiting
     from "${schema}".partition_log as log
     join "${schema}".partition_progress as progress using (partition)
-    where log.partition = $1 and log.position > progress.published`,
-  // Where a partition's log stands: nothing to bring in when `last` is not past `checkpointed`.
-  logState: `
-    select
-      coalesce((select checkpointed from "${schema}".partition_progress where partition = $1), 0)::text
-        as checkpointed,
-      coalesce((select max(position) from "${schema}".partition_log where partition = $1), 0)::text as last`
+    where log.partition = $1 and log.position > progress.published`
 })
 
 type LogStatementKey = keyof ReturnType<typeof logStatementTexts>
@@ -190,9 +195,10 @@ export interface CheckpointOutcome {
  * back. `through` may name positions with no row (an append that failed): every append at or below it
  * must be final (committed or not) when this runs. `published`: every row at or below it is wholly in
  * the events stream (undefined: the caller does not know); rows both checkpointed and published are
- * deleted. The reads go one by one (what to project depends on
- * them); the writes and COMMIT go in one round trip when `pipelined`. Returns where the checkpoint
- * stands. A COMMIT left without an answer throws WriteOutcomeUnknown (the store settles it).
+ * deleted. When `pipelined`, the checks, locks and reads go in one round trip and the writes and COMMIT
+ * in another; with nothing to project and no mark to move it rolls back (no commit to wait for). Returns
+ * where the checkpoint stands. A COMMIT left without an answer throws WriteOutcomeUnknown (the store
+ * settles it).
  */
 /**
  * Who runs a checkpoint, as far as it matters to what it may write: an owner under its epoch (scaled
@@ -215,52 +221,70 @@ export const checkpointPartition = async (
 ): Promise<CheckpointOutcome> =>
   withCheckedOutClient(pool, async (client) => {
     const backend = identify === undefined ? undefined : await identify(client)
-    const config = (statement: GroupQuery): pg.QueryConfig =>
-      pipelined && statement.name !== undefined
-        ? { name: statement.name, text: statement.text, values: [...statement.values] }
-        : { text: statement.text, values: [...statement.values] }
-    const query = <Row extends pg.QueryResultRow>(
-      statement: { readonly name: string; readonly text: string },
-      values: ReadonlyArray<unknown>
-    ) => client.query<Row>(config({ ...statement, values }))
-    await client.query("begin")
+    // The transaction's head: what it checks and locks, the log's last position and the rows to read
+    // back. In one round trip when pipelined (none needs an earlier one's answer in JS; a failure aborts
+    // the rest): a partition's open after a failover is one checkpoint per partition, and each round
+    // trip of it is slow then.
+    const ownerCheck =
+      caller === "besideOwners"
+        ? { ...statements.lockOwner, values: [partition] }
+        : caller === undefined
+          ? undefined
+          : { ...statements.ownerEpoch, values: [partition] }
+    const head: Array<GroupQuery> = [
+      { text: "begin", values: [] },
+      ...(ownerCheck === undefined ? [] : [ownerCheck]),
+      { ...statements.ensureProgress, values: [partition] },
+      { ...statements.lockProgress, values: [partition] },
+      {
+        ...statements.readTail,
+        values: [
+          partition,
+          Number.isFinite(through) ? through : null,
+          known.map((entry) => entry.position),
+          checkpointRowsPerTransactionMax
+        ]
+      }
+    ]
+    const headSettled = await (pipelined
+      ? Promise.allSettled(submitCorked(client, head))
+      : sequentially(client, head))
+    const headFailure = headSettled.find((outcome) => outcome.status === "rejected")
+    if (headFailure !== undefined) throw headFailure.reason
+    const answers = headSettled.map((outcome) => (outcome as PromiseFulfilledResult<pg.QueryResult>).value)
     if (caller === "besideOwners") {
-      const owner = (await query<{ owned: boolean; locked: boolean }>(statements.lockOwner, [partition]))
-        .rows[0]!
+      const owner = answers[1]!.rows[0] as { owned: boolean; locked: boolean }
       if (owner.owned && !owner.locked) throw new AppendsRunning(partition)
     } else if (caller !== undefined) {
       // `through` may name positions of this owner's failed appends: a new owner hands them out again,
       // and a mark moved past one it is appending would pass over its row.
-      const row = (await query<{ owner: string; epoch: string }>(statements.ownerEpoch, [partition])).rows[0]
+      const row = answers[1]!.rows[0] as { owner: string; epoch: string } | undefined
       if (row === undefined || row.owner !== caller.owner || Number(row.epoch) !== caller.epoch)
         throw new PartitionsFenced([partition])
     }
-    await query(statements.ensureProgress, [partition])
-    const progress = (
-      await query<{ checkpointed: string; published: string }>(statements.lockProgress, [partition])
-    ).rows[0]!
-    const checkpointed = Number(progress.checkpointed)
-    // The log's last position first, the rows up to it after: an append that commits between the two
-    // reads lies past what this reads and goes no further than it (an unbounded checkpoint's appends
-    // run one at a time per partition; one that committed before is seen by the later read).
-    const last = Number((await query<{ last: string }>(statements.lastPosition, [partition])).rows[0]!.last)
+    const tail = answers[answers.length - 1]!.rows as Array<{
+      checkpointed: string
+      last: string
+      position: string | null
+      body: string | null
+    }>
+    const progress = answers[answers.length - 2]!.rows[0] as { checkpointed: string; published: string }
+    const checkpointed = Number(tail[0]!.checkpointed)
+    const last = Number(tail[0]!.last)
+    const readBack = tail.filter(
+      (row): row is { checkpointed: string; last: string; position: string; body: string } =>
+        row.position !== null
+    )
     const upTo = Number.isFinite(through) ? through : last
     const held = known.filter((entry) => entry.position > checkpointed && entry.position <= upTo)
-    const readBack = await query<{ position: string; body: string }>(statements.readRows, [
-      partition,
-      checkpointed,
-      upTo,
-      held.map((entry) => entry.position),
-      checkpointRowsPerTransactionMax
-    ])
     // Read back in pieces (a new owner's tail): this transaction goes no further than the last row it
     // read, held rows past it included (the rows between were not read).
-    const readEverything = readBack.rows.length < checkpointRowsPerTransactionMax
-    const lastRead = Number(readBack.rows[readBack.rows.length - 1]?.position ?? upTo)
+    const readEverything = readBack.length < checkpointRowsPerTransactionMax
+    const lastRead = Number(readBack[readBack.length - 1]?.position ?? upTo)
     const reached = readEverything ? upTo : lastRead
     const entries: Array<LogEntry> = [
       ...held.filter((entry) => entry.position <= reached),
-      ...readBack.rows.map((row) => ({ position: Number(row.position), events: decodeBody(row.body) }))
+      ...readBack.map((row) => ({ position: Number(row.position), events: decodeBody(row.body) }))
     ].sort((left, right) => left.position - right.position)
     // Every append at or below a finite `through` is final, so nothing can land there any more; with no
     // bound, the log as it stood when read.
@@ -268,6 +292,15 @@ export const checkpointPartition = async (
     // Never published past what is checkpointed: a position above it may be handed out again (an append
     // that failed, no row) and its next row is not this caller's to call published.
     const publishedMark = published === undefined ? undefined : Math.min(published, newCheckpointed)
+    if (
+      entries.length === 0 &&
+      newCheckpointed === checkpointed &&
+      (publishedMark === undefined || publishedMark <= Number(progress.published))
+    ) {
+      // Nothing to project and no mark to move (a partition's open with no tail): no commit to wait for.
+      await client.query("rollback")
+      return { checkpointed, last: Math.max(last, checkpointed), projected: 0 }
+    }
     const writes: Array<GroupQuery> =
       entries.length === 0
         ? []
