@@ -152,6 +152,8 @@ export class PartitionActor implements ResidentHome {
   private checkpointRetryAt = 0
   /** What waits for the log to be opened (the orphan sweep, before it reads the tables). */
   private openWaiters: Array<() => void> = []
+  /** No open starts before it after one failed (Clock ms): what waits for it does not drive a loop. */
+  private openRetryAt = -Infinity
 
   constructor(
     readonly partition: number,
@@ -313,15 +315,22 @@ export class PartitionActor implements ResidentHome {
     if (this.closed) return false
     const now = this.settings.now()
     if (this.checkpointDue(now)) return true
+    // The log being opened (or an earlier open's checkpoint still running): its end wakes the loop.
+    const opening = this.log.openedFor === undefined && (this.log.opening || this.log.checkpointing)
     if (
       (this.checkpointWaiters.length > 0 || this.openWaiters.length > 0) &&
       this.log.openedFor === undefined &&
-      !this.log.opening
+      !opening &&
+      now >= this.openRetryAt
     )
       return this.batch === undefined
     const batch = this.batch
     if (batch !== undefined) return batch.outcome !== undefined
-    return this.inbox.length > 0 || (this.deadlines.peek()?.at ?? Infinity) <= now
+    // Commands wait for the open without driving the loop, unless the partition's epoch moved (they
+    // are answered, or the open is started again under the new one).
+    const inboxWork =
+      this.inbox.length > 0 && (!opening || this.settings.servingEpoch(this.partition) !== this.epoch)
+    return inboxWork || (this.deadlines.peek()?.at ?? Infinity) <= now
   }
 
   private checkpointDue(now: number): boolean {
@@ -476,11 +485,8 @@ export class PartitionActor implements ResidentHome {
       } else {
         reportStoreFailure(this.settings, "", `opening partition ${this.partition}'s log failed`, exit.cause)
         this.log.opening = false
-        const queued = this.inbox
-        this.inbox = []
-        for (const envelope of queued) envelope.resident!.queued -= 1
-        this.answerUnavailable(queued)
-        for (const envelope of queued) this.restIfIdle(envelope.resident!)
+        this.openRetryAt = this.settings.now() + failedWriteRetryDelayMs
+        this.answerInboxUnavailable()
       }
       this.wake()
     })
@@ -575,8 +581,20 @@ export class PartitionActor implements ResidentHome {
     if (this.log.openedFor === epoch) return true
     // A checkpoint of an earlier open still running may move the marks over positions this open hands
     // out again (appends that failed there): the open waits for it (its end wakes the loop).
-    if (!this.log.opening && !this.log.checkpointing) this.open(epoch)
+    if (this.log.opening || this.log.checkpointing) return false
+    // An open failed a moment ago: what comes meanwhile is answered as that open's queue was.
+    if (this.settings.now() < this.openRetryAt) this.answerInboxUnavailable()
+    else this.open(epoch)
     return false
+  }
+
+  /** Everything queued is answered `unavailable`, undecided (the log could not be opened). */
+  private answerInboxUnavailable(): void {
+    const queued = this.inbox
+    this.inbox = []
+    for (const envelope of queued) envelope.resident!.queued -= 1
+    this.answerUnavailable(queued)
+    for (const envelope of queued) this.restIfIdle(envelope.resident!)
   }
 
   /** One store call loads every user of `residents`; their commands go back to the front of the queue. */
@@ -1006,9 +1024,12 @@ export class PartitionActor implements ResidentHome {
    * deadline moves earlier than the one it sleeps until.
    */
   private armTimer(): void {
+    const openAwaited =
+      this.log.openedFor === undefined && (this.openWaiters.length > 0 || this.checkpointWaiters.length > 0)
     const at = Math.min(
       this.deadlines.peek()?.at ?? Infinity,
-      Math.max(this.log.checkpointDueAt(), this.checkpointRetryAt)
+      Math.max(this.log.checkpointDueAt(), this.checkpointRetryAt),
+      openAwaited && this.openRetryAt > this.settings.now() ? this.openRetryAt : Infinity
     )
     if (at >= this.timerAt && this.timer !== undefined) return
     if (at === Infinity) return
