@@ -286,6 +286,16 @@ export const ownershipRound = (options: OwnershipOptions) =>
         })
         return
       }
+      if (state.memberLockLosses !== lossesBefore || !state.memberLockHeld) {
+        // The member lock was lost while their serving started: the loss's step-down ran before the
+        // start ended and stopped nothing of it (subscriptions, publishers). Stopped now, and the leases
+        // handed back: the others may take them at once. A publisher left running would be kept by the
+        // next claim, its view of the log stale (rows appended by another owner meanwhile skipped).
+        yield* stepDown(options, partitions, "the member lock was lost while serving them started")
+        yield* queries.release(state.owner, claimed)
+        options.log("released partitions claimed while the member lock was lost", { partitions })
+        return
+      }
       options.log("claimed partitions", {
         partitions,
         members: members.length,

@@ -7,7 +7,7 @@
  * - a claim whose serving failed is undone and the leases released, so a later round claims and serves
  *   it properly (before, later rounds only renewed it: never served, its publisher never started).
  */
-import { Effect } from "effect"
+import { Deferred, Effect, Fiber } from "effect"
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest"
 import type { OwnershipOptions, OwnershipState } from "../../src/cluster/PartitionOwnership.js"
 import {
@@ -229,5 +229,40 @@ describe("a give-up whose release fails (the store failing with it)", () => {
     events.length = 0
     await Effect.runPromise(ownershipRound(options))
     expect([...events].sort()).toEqual(["serve 0", "serve 1", "serve 2", "serve 3"])
+  })
+})
+
+describe("a member lock lost while a claim's serving starts", () => {
+  // The loss's step-down ran while the claimed partitions' subscriptions and publishers were being
+  // started, and found nothing to stop yet; the start then finished after it. The partitions were left
+  // served by nobody's epoch, with a publisher running on a stale view of the log: the next claim of
+  // them found that publisher running and kept it (its lane never read the log again), so rows another
+  // owner appended meanwhile were passed over and their events never published.
+  it("stops what that start left running, and hands the leases back", async () => {
+    await releaseEverything()
+    const state = makeOwnershipState("lost-while-serving")
+    const events: Array<string> = []
+    const serving = Deferred.makeUnsafe<void>()
+    const started = Deferred.makeUnsafe<void>()
+    const options = ownershipOf(state, events, undefined, (served) =>
+      Effect.gen(function* () {
+        yield* Deferred.succeed(started, undefined)
+        yield* Deferred.await(serving)
+        events.push(...served.map((partition) => `serve ${partition}`))
+      })
+    )
+    const round = Effect.runFork(ownershipRound(options))
+    await Effect.runPromise(Deferred.await(started))
+    // The lock's session ends now: its step-down runs to its end before the start finishes.
+    await Effect.runPromise(memberLockLost(options, "the member lock's connection ended"))
+    await Effect.runPromise(Deferred.succeed(serving, undefined))
+    await Effect.runPromise(Fiber.join(round))
+    // Whatever the start began is stopped after it.
+    for (const partition of [0, 1, 2, 3])
+      expect(events.lastIndexOf(`stop ${partition}`)).toBeGreaterThan(events.indexOf(`serve ${partition}`))
+    expect(state.epochs.size).toBe(0)
+    expect(state.steppingDown.size).toBe(0)
+    // The leases are handed back: the others may take them (this process counts as dead to them).
+    expect((await leaseRows()).filter((row) => row.owner === state.owner && row.live)).toEqual([])
   })
 })
