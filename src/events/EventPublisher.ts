@@ -65,7 +65,7 @@ export interface EventPublisherOptions {
 }
 
 export interface EventPublisher {
-  /** Starts the publishers of partitions this process now serves (a running one is left as it is). */
+  /** Starts the publishers of partitions this process now serves (a running one is started afresh). */
   readonly start: (partitions: ReadonlyArray<number>) => Effect.Effect<void>
   /** Stops the publishers of partitions this process no longer serves; waits until they stopped. */
   readonly stop: (partitions: ReadonlyArray<number>) => Effect.Effect<void>
@@ -294,7 +294,9 @@ export const makeEventPublisher = (
         partitions,
         (partition) =>
           Effect.gen(function* () {
-            if (yield* FiberMap.has(fibers, partition)) return
+            // Each claim reads the log afresh: a publisher still running (one a step-down did not reach)
+            // is replaced, as its memory of the log may lack what another owner appended meanwhile.
+            yield* FiberMap.remove(fibers, partition)
             queue.open(partition)
             yield* FiberMap.run(fibers, partition, runPartition(partition))
           }),
