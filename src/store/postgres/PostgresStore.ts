@@ -619,6 +619,12 @@ export const scopedPool = (config: pg.PoolConfig): Effect.Effect<pg.Pool, never,
       // An idle client that loses its connection emits 'error' on the pool, which would crash the
       // process without a listener. The pool drops that client; the next query fails and is mapped.
       pool.on("error", () => {})
+      // And every client keeps a listener of its own from the moment it is handed out: an 'error' event
+      // between the pool's listeners and a caller's (a FATAL from a backend ended by a settle or an
+      // administrator, a second one after the first was handled) crashed the process (the nemesis,
+      // twice in two runs of 300 s). Its queries fail with the error either way, and a broken client is
+      // not given back to the pool for reuse.
+      pool.on("connect", (client) => client.on("error", () => {}))
       return pool
     }),
     (pool) => Effect.promise(() => pool.end())
