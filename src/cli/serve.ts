@@ -242,15 +242,11 @@ const startOwnership = (
       onLocked: () => {
         // Held again (the server is back, or a failover reached a new primary): claim now, not at the
         // next round up to a third of a lease away. The wake is a no-op before the loop has started.
-        if (ownership.memberLockLosses > 0) {
+        if (ownership.memberLockLosses > 0)
           logger.warn(
             { owner: ownership.owner },
             "the member lock is held again: claiming this process's share now"
           )
-          // The store's connections went with the lock's (a failover ends every session): made again
-          // while the claim runs, not one by one by the partitions' opens after it.
-          if (store.warm !== undefined) runFork(store.warm)
-        }
         memberLockRegained(ownership)
       },
       // A member released partitions: the round that may claim them runs now, not at its next turn.

@@ -132,12 +132,6 @@ export interface StoreShape {
    * One at a time: a call while one runs joins it. Absent: `ping` says as much.
    */
   readonly check?: Effect.Effect<void, StoreUnavailable>
-  /**
-   * Connects ahead of a burst of work (every partition opened again after a failover, when the member
-   * lock is held again), so that the work does not wait for connections one by one. Best effort: never
-   * fails. Absent: nothing to connect.
-   */
-  readonly warm?: Effect.Effect<void>
 }
 
 export class Store extends Context.Service<Store, StoreShape>()("quota-coordinator/Store") {}

@@ -34,6 +34,8 @@ export interface FlowLoadOptions {
   readonly label: string
   readonly workers: number
   readonly holdUsersPerPartition: number
+  /** Each hold user's limit (default holdLimit): lower where a short or slow run must still reach it. */
+  readonly holdLimit?: number
   readonly slotUsersPerPartition: number
   readonly seed: number
   /** The SDK's retries (default: 60 attempts 25-250 ms apart, ~15 s when every attempt fails fast). */
@@ -140,12 +142,13 @@ export class FlowLoad {
     slot.user = user
     slot.generation = generation
     slot.refusals = 0
-    slot.ready = this.call("set_limit", user, () =>
-      this.client.setLimit({ user, meter, limit: holdLimit })
-    ).then((result) => {
-      if (result?.status === "ok") this.limits.set(user, holdLimit)
-      else if (result !== undefined) this.wrong("set_limit", user, "", result.status)
-    })
+    const limit = this.options.holdLimit ?? holdLimit
+    slot.ready = this.call("set_limit", user, () => this.client.setLimit({ user, meter, limit })).then(
+      (result) => {
+        if (result?.status === "ok") this.limits.set(user, limit)
+        else if (result !== undefined) this.wrong("set_limit", user, "", result.status)
+      }
+    )
   }
 
   private wrong(op: string, user: string, what: string, status: string): void {

@@ -201,8 +201,10 @@ export const runFailover = async (
       partitions,
       label: options.label,
       workers: 32,
-      // Few hold users: their limits are reached within a run, so an over-grant would show.
+      // Few hold users with a low limit: their limits are reached within a run even on a slow machine
+      // (at 40, a run of 125 holds across 16 users reached none), so an over-grant would show.
       holdUsersPerPartition: 1,
+      holdLimit: 20,
       slotUsersPerPartition: 2,
       seed: options.seed,
       // Rides out a failover of up to ~60 s (Patroni's promotion included): attempts 25-500 ms apart.

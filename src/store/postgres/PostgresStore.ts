@@ -475,17 +475,6 @@ export const makePostgresStore = (
         try: () => pingWritable(pool),
         catch: storeUnavailable("ping")
       }),
-      // As many connections as the opens and their loads use at once; each checks its server on connect.
-      warm: Effect.promise(() =>
-        Promise.all(
-          Array.from({ length: Math.min(pool.options.max ?? 1, checkpointsInFlightMax + 2) }, () =>
-            pool.connect().then(
-              (client) => client.release(),
-              () => undefined
-            )
-          )
-        ).then(() => undefined)
-      ),
       check: Effect.tryPromise({
         try: checkOnce,
         catch: storeUnavailable("check the store as a load uses it")
