@@ -55,9 +55,11 @@ export const ownershipStatements = (schema: string) => ({
     where not member.leaving and member.heartbeat_at > ${databaseNowMs} - $1
       and not ${memberLockLost(schema, "member.owner")}
     order by member.owner`,
-  // Dead members that still hold a partition's lease: a claim would take those at once.
+  // Dead members that still hold a partition's lease: a claim would take those at once. Finding one
+  // wakes every member's round too (the released-partitions channel), not only the finder's: each
+  // takes its share at once instead of at its own next check, up to memberDeathCheckIntervalMs later.
   deadOwners: `
-    select holder.owner from (
+    select holder.owner, pg_notify('${partitionsReleasedChannel(schema)}', 'dead') from (
       select distinct owner from "${schema}".partition_owners
       where lease_expires_at > ${databaseNowMs} and owner <> ''
     ) as holder
